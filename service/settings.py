@@ -1,0 +1,75 @@
+"""Installation settings: the one place that reads the environment (prefix ``TAAS_``).
+
+Build one :class:`Settings` per process with :func:`get_settings` and pass it down; tests build
+their own (``Settings(database_url=..., data_dir=tmp_path)``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything an operator may set. Tenants never see or change any of it."""
+
+    model_config = SettingsConfigDict(env_prefix="TAAS_", env_file=None, extra="ignore")
+
+    # --- where things live -------------------------------------------------------------
+    data_dir: Path = Field(Path("./var"), description="Root for the embedded database, Redis and artifacts.")
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL; default: SQLite file taas.db in data_dir."
+    )
+    redis_url: str | None = Field(
+        None,
+        description="Broker URL; default: `taas up` starts an embedded redis-server in data_dir.",
+    )
+    artifacts_dir: Path | None = Field(None, description="Datasets, checkpoints, models; default data_dir/artifacts.")
+    admin_key: str | None = Field(
+        None, description="Administrator key; default: generated once into data_dir/admin.key."
+    )
+
+    # --- training-data rules (Watson NLC's) ---------------------------------------------
+    max_upload_bytes: int = Field(32 * 1024 * 1024, gt=0, description="Largest request body for an upload.")
+    max_training_rows: int = Field(20_000, gt=0, description="Most rows in one training set.")
+    max_text_chars: int = Field(1024, gt=0, description="Longest text of a training row or a classify call.")
+    min_classes: int = Field(2, ge=2, description="Fewest distinct classes in a training set.")
+    max_classes: int = Field(3_000, gt=1, description="Most distinct classes in a training set.")
+    max_name_chars: int = Field(256, gt=0, description="Longest classifier or dataset name.")
+    max_collection: int = Field(30, gt=0, description="Most texts in one classify_collection call.")
+
+    # --- training ------------------------------------------------------------------------
+    learners: int = Field(1, ge=1, description="Learner processes per training job (K).")
+    lease_seconds: int = Field(60, gt=0, description="How long a worker's claim on a job lasts unrenewed.")
+    progress_every_seconds: float = Field(1.0, gt=0, description="How often a worker writes job progress.")
+
+    # --- serving -------------------------------------------------------------------------
+    model_cache_bytes: int = Field(512 * 1024 * 1024, gt=0, description="Memory budget of the model LRU.")
+
+    def resolved_database_url(self) -> str:
+        """The database URL in force: the setting, or SQLite in the data dir."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'taas.db').resolve()}"
+
+    def resolved_artifacts_dir(self) -> Path:
+        """The artifact root in force: the setting, or ``data_dir/artifacts``."""
+        return (self.artifacts_dir or self.data_dir / "artifacts").resolve()
+
+    def require_redis_url(self) -> str:
+        """The broker URL; raises RuntimeError when none is set (only `taas up` supplies one)."""
+        if not self.redis_url:
+            raise RuntimeError(
+                "TAAS_REDIS_URL is not set: run the platform with `taas up` (which starts an "
+                "embedded Redis) or point TAAS_REDIS_URL at a Redis server"
+            )
+        return self.redis_url
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process's settings, read from the environment once."""
+    return Settings()

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.data import LabelledData
+from trainer.engine import Progress, train
+from trainer.errors import InvalidTrainingData, TrainerError, TrainingStopped
+from trainer.hparams import HParams
+from trainer.inference import WEIGHTS_FILE
+
+
+def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(model_dir / WEIGHTS_FILE, weights_only=True)
+
+
+def _stop_after(calls: int):
+    seen = 0
+
+    def should_stop() -> bool:
+        nonlocal seen
+        seen += 1
+        return seen >= calls
+
+    return should_stop
+
+
+@pytest.mark.parametrize("stops", [[7], [13, 5, 40]], ids=["once-mid-epoch", "three-times"])
+def test_stopped_and_resumed_run_equals_the_uninterrupted_one(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams, stops: list[int]
+) -> None:
+    reference = train(
+        small_data, workdir=tmp_path / "ref-work", out_dir=tmp_path / "ref", hparams=quick_hparams
+    )
+
+    applied_when_stopped = []
+    for calls in stops:
+        with pytest.raises(TrainingStopped) as stopped:
+            train(
+                small_data,
+                workdir=tmp_path / "work",
+                out_dir=tmp_path / "out",
+                hparams=quick_hparams,
+                should_stop=_stop_after(calls),
+            )
+        applied_when_stopped.append(stopped.value.applied_updates)
+    resumed = train(small_data, workdir=tmp_path / "work", out_dir=tmp_path / "out", hparams=quick_hparams)
+
+    assert applied_when_stopped == list(itertools.accumulate(stops))
+    assert resumed.resumed == len(stops)
+    assert resumed.applied_updates == reference.applied_updates
+    assert resumed.epochs == reference.epochs
+    assert resumed.metrics == reference.metrics
+    expected, actual = _weights(tmp_path / "ref"), _weights(tmp_path / "out")
+    assert expected.keys() == actual.keys()
+    for key in expected:
+        assert torch.equal(expected[key], actual[key]), key
+
+
+def test_training_twice_with_the_same_seed_gives_identical_models(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
+) -> None:
+    train(small_data, workdir=tmp_path / "w1", out_dir=tmp_path / "m1", hparams=quick_hparams)
+    train(small_data, workdir=tmp_path / "w2", out_dir=tmp_path / "m2", hparams=quick_hparams)
+    first, second = _weights(tmp_path / "m1"), _weights(tmp_path / "m2")
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_progress_reports_every_phase_in_order_with_global_steps(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
+) -> None:
+    seen: list[Progress] = []
+    result = train(
+        small_data,
+        workdir=tmp_path / "w",
+        out_dir=tmp_path / "m",
+        hparams=quick_hparams,
+        on_progress=seen.append,
+    )
+    phases = [p.phase for p in seen]
+    assert phases[0] == "preparing" and phases[-1] == "done"
+    assert list(dict.fromkeys(phases)) == ["preparing", "training", "evaluating", "saving", "done"]
+    assert seen[-1].step == result.applied_updates <= seen[-1].total_steps
+    assert seen[-1].checkpoints >= 1 and seen[-1].learners == 1
+    assert all(isinstance(v, int | float | str | type(None)) for v in seen[-1].as_dict().values())
+
+
+def test_metrics_are_reported_on_the_validation_split(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
+) -> None:
+    result = train(small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams)
+    assert result.metrics["evaluated_on"] == "validation"
+    assert result.metrics["n"] == 12
+    assert set(result.metrics["per_class"]) == {"booking", "music", "weather"}  # type: ignore[arg-type]
+
+
+def test_more_than_one_learner_is_refused_for_now(tmp_path: Path, small_data: LabelledData) -> None:
+    with pytest.raises(TrainerError, match="parameter-server"):
+        train(small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", learners=2)
+
+
+def test_single_class_data_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidTrainingData):
+        train(LabelledData(["a b", "c d"], ["x", "x"]), workdir=tmp_path / "w", out_dir=tmp_path / "m")
+
+
+def test_a_checkpoint_of_other_data_is_not_resumed(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
+) -> None:
+    with pytest.raises(TrainingStopped):
+        train(
+            small_data,
+            workdir=tmp_path / "w",
+            out_dir=tmp_path / "m",
+            hparams=quick_hparams,
+            should_stop=lambda: True,
+        )
+    other = LabelledData(small_data.texts[:-1], small_data.labels[:-1])
+    with pytest.raises(TrainerError, match="different training data"):
+        train(other, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams)

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer.data import LabelledData
+from trainer.engine import train
+from trainer.errors import CheckpointCorrupt
+from trainer.hparams import HParams
+from trainer.inference import WEIGHTS_FILE, LoadedModel
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path, small_data: LabelledData, quick_hparams: HParams) -> Path:
+    train(small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams)
+    return tmp_path / "m"
+
+
+def test_classify_ranks_every_class_and_confidences_sum_to_one(model_dir: Path) -> None:
+    model = LoadedModel.load(model_dir)
+    results = model.classify(["is it going to rain", "play a jazz song", "", "çà et là 🙂"])
+    assert len(results) == 4
+    for scores in results:
+        assert sorted(label for label, _ in scores) == sorted(model.labels) == ["booking", "music", "weather"]
+        confidences = [c for _, c in scores]
+        assert confidences == sorted(confidences, reverse=True)
+        assert math.isclose(sum(confidences), 1.0, abs_tol=1e-9)
+    assert results[0][0][0] == "weather" and results[1][0][0] == "music"
+    assert model.classify([]) == []
+    assert model.nbytes > 0
+
+
+def test_load_is_fast_and_refuses_an_altered_weights_file(model_dir: Path) -> None:
+    started = time.perf_counter()
+    LoadedModel.load(model_dir)
+    assert time.perf_counter() - started < 1.0
+    with open(model_dir / WEIGHTS_FILE, "r+b") as handle:
+        handle.seek(100)
+        handle.write(b"\x00\x01\x02")
+    with pytest.raises(CheckpointCorrupt, match="checksum"):
+        LoadedModel.load(model_dir)
+
+
+def test_a_directory_without_a_model_is_corrupt(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointCorrupt):
+        LoadedModel.load(tmp_path)

@@ -1,0 +1,118 @@
+"""`python -m trainer fit|eval`: train a model from a CSV file, or evaluate one on a CSV file.
+
+    python -m trainer fit TRAIN.csv --out MODEL_DIR [--workdir D] [--learners K]
+        A live progress line on stderr, a JSON summary on stdout. Checkpoints go to
+        D (default MODEL_DIR.ckpt beside MODEL_DIR); rerunning an interrupted fit (Ctrl-C,
+        a crash) resumes from them. The default workdir is removed after success.
+    python -m trainer eval MODEL_DIR TEST.csv
+        One JSON line: {"accuracy": .., "macro_f1": .., "n": ..}.
+
+Exit status: 0 success, 1 a trainer error (message on stderr), 130 stopped by Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainer.data import read_labelled_csv
+from trainer.engine import train
+from trainer.errors import TrainerError, TrainingStopped
+from trainer.evaluate import classification_report
+from trainer.inference import LoadedModel
+from trainer.progress import Progress
+
+
+def _progress_line(progress: Progress) -> str:
+    loss = "-" if progress.loss is None else f"{progress.loss:.4f}"
+    eta = "-" if progress.eta_seconds is None else f"{progress.eta_seconds:.0f}s"
+    return (
+        f"\r{progress.phase:<10} epoch {progress.epoch} step {progress.step}/{progress.total_steps} "
+        f"loss {loss} {progress.samples_per_second:,.0f} samples/s ETA {eta}   "
+    )
+
+
+def _fit(args: argparse.Namespace) -> int:
+    out_dir = Path(args.out)
+    default_workdir = args.workdir is None
+    workdir = out_dir.with_name(out_dir.name + ".ckpt") if default_workdir else Path(args.workdir)
+    stop_requested = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        result = train(
+            read_labelled_csv(Path(args.train_csv)),
+            workdir=workdir,
+            out_dir=out_dir,
+            learners=args.learners,
+            on_progress=lambda p: sys.stderr.write(_progress_line(p)) and sys.stderr.flush(),
+            should_stop=lambda: stop_requested,
+        )
+    except TrainingStopped as exc:
+        sys.stderr.write(f"\n{exc}; run the same command again to resume\n")
+        return 130
+    except TrainerError as exc:
+        sys.stderr.write(f"\nerror: {exc}\n")
+        return 1
+    sys.stderr.write("\n")
+    if default_workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    metrics = result.metrics
+    print(
+        json.dumps(
+            {
+                "model_dir": str(result.model_dir),
+                "applied_updates": result.applied_updates,
+                "epochs": result.epochs,
+                "resumed": result.resumed,
+                "train_seconds": round(result.train_seconds, 3),
+                "metrics": {k: metrics[k] for k in ("accuracy", "macro_f1", "n", "evaluated_on")},
+            }
+        )
+    )
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    try:
+        model = LoadedModel.load(Path(args.model_dir))
+        data = read_labelled_csv(Path(args.test_csv))
+    except TrainerError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    predicted = [scores[0][0] for scores in model.classify(data.texts)]
+    report = classification_report(data.labels, predicted)
+    print(json.dumps({"accuracy": report["accuracy"], "macro_f1": report["macro_f1"], "n": report["n"]}))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m trainer", description="Train or evaluate a taas model.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    fit = commands.add_parser("fit", help="train a model from a CSV with header text,label")
+    fit.add_argument("train_csv")
+    fit.add_argument("--out", required=True, help="model directory to write")
+    fit.add_argument("--workdir", help="checkpoint directory (default: MODEL_DIR.ckpt)")
+    fit.add_argument("--learners", type=int, default=1, help="learner processes (only 1 for now)")
+    fit.set_defaults(run=_fit)
+    evaluate = commands.add_parser("eval", help="accuracy of a model on a CSV with header text,label")
+    evaluate.add_argument("model_dir")
+    evaluate.add_argument("test_csv")
+    evaluate.set_defaults(run=_eval)
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

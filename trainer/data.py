@@ -1,0 +1,110 @@
+"""Labelled training text: reading the CSV format, validating it, and splitting it."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trainer.errors import InvalidTrainingData
+
+HEADER = ("text", "label")
+MAX_TEXT_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class LabelledData:
+    """Parallel lists of texts and their labels (one label per text)."""
+
+    texts: list[str]
+    labels: list[str]
+
+    def __post_init__(self) -> None:
+        if len(self.texts) != len(self.labels):
+            raise ValueError(f"{len(self.texts)} texts but {len(self.labels)} labels")
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def classes(self) -> list[str]:
+        """The distinct labels, sorted (the model's class order)."""
+        return sorted(set(self.labels))
+
+
+def read_labelled_csv(path: Path) -> LabelledData:
+    """Read a CSV file with the header ``text,label`` (UTF-8, a BOM is allowed).
+
+    Raises InvalidTrainingData(row, rule) naming the first offending record: not UTF-8,
+    malformed CSV, a missing or different header, a record without exactly two fields,
+    an empty text or label, a text longer than MAX_TEXT_CHARS characters.
+    """
+    raw = Path(path).read_bytes()
+    try:
+        content = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidTrainingData(raw[: exc.start].count(b"\n") + 1, "the file is not UTF-8") from exc
+    return parse_labelled_csv(content)
+
+
+def parse_labelled_csv(content: str) -> LabelledData:
+    """Parse CSV text with the header ``text,label``; the rules of read_labelled_csv apply."""
+    reader = csv.reader(io.StringIO(content, newline=""))
+    texts: list[str] = []
+    labels: list[str] = []
+    try:
+        header = next(reader, None)
+        if header is None or tuple(h.strip().lower() for h in header) != HEADER:
+            raise InvalidTrainingData(1, "the first row must be the header 'text,label'")
+        for record in reader:
+            row = reader.line_num
+            if not record or all(not field.strip() for field in record):
+                continue
+            if len(record) != 2:
+                raise InvalidTrainingData(row, f"expected 2 fields (text,label), found {len(record)}")
+            text, label = record[0].strip(), record[1].strip()
+            if not text:
+                raise InvalidTrainingData(row, "the text is empty")
+            if not label:
+                raise InvalidTrainingData(row, "the label is empty")
+            if len(text) > MAX_TEXT_CHARS:
+                raise InvalidTrainingData(row, f"the text is longer than {MAX_TEXT_CHARS} characters")
+            texts.append(text)
+            labels.append(label)
+    except csv.Error as exc:
+        raise InvalidTrainingData(reader.line_num, f"malformed CSV: {exc}") from exc
+    return LabelledData(texts, labels)
+
+
+def check_trainable(data: LabelledData) -> None:
+    """Raise InvalidTrainingData(0, ...) unless the data has examples of at least two classes."""
+    if len(data) == 0:
+        raise InvalidTrainingData(0, "the training data has no examples")
+    if len(data.classes) < 2:
+        raise InvalidTrainingData(0, "the training data needs at least two classes")
+
+
+def stratified_split(labels: list[str], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded stratified split of example indices into (train, validation), both sorted.
+
+    Each class gives round(fraction * count) of its examples to validation, but a class
+    with fewer than 3 examples gives none and every class keeps at least 2 in training,
+    so no class disappears from training. Classes are visited in sorted order with one
+    generator, so the split depends only on (labels, fraction, seed).
+    """
+    rng = np.random.default_rng(seed)
+    by_class: dict[str, list[int]] = {}
+    for index, label in enumerate(labels):
+        by_class.setdefault(label, []).append(index)
+    validation: list[int] = []
+    for label in sorted(by_class):
+        members = np.asarray(by_class[label], dtype=np.int64)
+        take = 0 if len(members) < 3 else min(int(round(fraction * len(members))), len(members) - 2)
+        validation.extend(rng.permutation(members)[:take].tolist())
+    is_validation = np.zeros(len(labels), dtype=bool)
+    is_validation[validation] = True
+    everything = np.arange(len(labels), dtype=np.int64)
+    return everything[~is_validation], everything[is_validation]

@@ -1,0 +1,84 @@
+"""Training progress: the Progress snapshot and the reporter that paces it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot of a training job, reported about once a second and at each phase change."""
+
+    phase: str  # "preparing" | "training" | "evaluating" | "saving" | "done"
+    epoch: int  # 1-based current epoch
+    step: int  # updates applied so far (global, across resumes)
+    total_steps: int  # planned updates (upper bound when early stopping may end sooner)
+    loss: float | None  # running mean training loss of the current epoch (else of the last one)
+    samples_per_second: float
+    eta_seconds: float | None
+    checkpoints: int  # checkpoints written so far in this job (across resumes)
+    resumed: int  # how many times this job was resumed from a checkpoint
+    learners: int  # K
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-safe dict of every field."""
+        return asdict(self)
+
+
+class ProgressReporter:
+    """Turns the loop's counters into Progress calls with rates and an ETA.
+
+    ``samples`` is added to by the loop; rates and the ETA cover this session only (since
+    the first report), so a resumed job reports its own speed.
+    """
+
+    def __init__(
+        self,
+        on_progress: Callable[[Progress], None],
+        every: float,
+        total_steps: int,
+        max_epochs: int,
+        learners: int,
+    ) -> None:
+        self.on_progress = on_progress
+        self.every = every
+        self.total_steps = total_steps
+        self.max_epochs = max_epochs
+        self.learners = learners
+        self.started = time.monotonic()
+        self.start_version: int | None = None
+        self.samples = 0
+        self.last = 0.0
+
+    def due(self) -> bool:
+        """Whether a progress report is due (``every`` seconds since the last one)."""
+        return time.monotonic() - self.last >= self.every
+
+    def report(
+        self, phase: str, *, epoch: int, step: int, loss: float | None, checkpoints: int, resumed: int
+    ) -> None:
+        """Call on_progress with a Progress for these values; rates count from the first report."""
+        now = time.monotonic()
+        self.last = now
+        if self.start_version is None:
+            self.start_version = step
+            self.started = now
+        elapsed = now - self.started
+        rate = (step - self.start_version) / elapsed if elapsed > 0 else 0.0
+        remaining = max(self.total_steps - step, 0) if phase == "training" else 0
+        self.on_progress(
+            Progress(
+                phase=phase,
+                epoch=min(epoch, self.max_epochs),
+                step=step,
+                total_steps=self.total_steps,
+                loss=loss,
+                samples_per_second=self.samples / elapsed if elapsed > 0 else 0.0,
+                eta_seconds=remaining / rate if rate > 0 else (0.0 if remaining == 0 else None),
+                checkpoints=checkpoints,
+                resumed=resumed,
+                learners=self.learners,
+            )
+        )

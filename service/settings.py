@@ -27,7 +27,9 @@ class Settings(BaseSettings):
         None,
         description="Broker URL; default: `taas up` starts an embedded redis-server in data_dir.",
     )
-    artifacts_dir: Path | None = Field(None, description="Datasets, checkpoints, models; default data_dir/artifacts.")
+    artifacts_dir: Path | None = Field(
+        None, description="Datasets, checkpoints, models; default data_dir/artifacts."
+    )
     admin_key: str | None = Field(
         None, description="Administrator key; default: generated once into data_dir/admin.key."
     )
@@ -40,11 +42,13 @@ class Settings(BaseSettings):
     max_classes: int = Field(3_000, gt=1, description="Most distinct classes in a training set.")
     max_name_chars: int = Field(256, gt=0, description="Longest classifier or dataset name.")
     max_collection: int = Field(30, gt=0, description="Most texts in one classify_collection call.")
+    max_class_chars: int = Field(1024, gt=0, description="Longest class name in a training set.")
 
     # --- training ------------------------------------------------------------------------
     learners: int = Field(1, ge=1, description="Learner processes per training job (K).")
     lease_seconds: int = Field(60, gt=0, description="How long a worker's claim on a job lasts unrenewed.")
     progress_every_seconds: float = Field(1.0, gt=0, description="How often a worker writes job progress.")
+    max_attempts: int = Field(3, ge=1, description="Claims a job gets before an expired lease fails it.")
 
     # --- serving -------------------------------------------------------------------------
     model_cache_bytes: int = Field(512 * 1024 * 1024, gt=0, description="Memory budget of the model LRU.")

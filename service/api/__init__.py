@@ -1,0 +1,1 @@
+"""The HTTP layer: dependencies, wire schemas, error handlers, routes."""

@@ -1,0 +1,114 @@
+"""Turn received uploads into domain calls: NLC create, JSON create, dataset upload.
+
+Blocking (validation and file moves): routes run these in the thread pool. Each one
+discards the spooled upload whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy.orm import Session
+
+from service import classifiers, datasets
+from service.api.schemas import CreateFromDataset
+from service.api.uploads import RAW_BODY, Upload
+from service.errors import BadRequest
+from service.models import Classifier, Dataset, utcnow
+from service.settings import Settings
+from service.store import ArtifactStore
+from service.training_data import Limits
+
+TRAINING_DATA = "training_data"
+TRAINING_METADATA = "training_metadata"
+DATASET_PARTS = frozenset({TRAINING_DATA, "file"})
+
+
+def classifier_from_upload(
+    upload: Upload, session: Session, store: ArtifactStore, settings: Settings, tenant_id: str
+) -> Classifier:
+    """NLC create: ``training_metadata`` JSON ``{"language", "name"}`` + headerless ``training_data`` CSV."""
+    try:
+        metadata = _metadata(upload.fields.get(TRAINING_METADATA))
+        name = metadata.get("name", "")
+        if not isinstance(name, str) or len(name) > settings.max_name_chars:
+            raise BadRequest(
+                "training_metadata.name", f"must be a string of at most {settings.max_name_chars} characters"
+            )
+        language = classifiers.check_language(metadata.get("language"))
+        if TRAINING_DATA not in upload.files:
+            raise BadRequest(TRAINING_DATA, "the multipart part 'training_data' is required")
+        staged = datasets.stage_upload(
+            store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings)
+        )
+        return classifiers.create_classifier(
+            session,
+            store,
+            settings,
+            tenant_id=tenant_id,
+            name=name,
+            language=language,
+            source=staged,
+            now=utcnow(),
+        )
+    finally:
+        upload.discard()
+
+
+def classifier_from_dataset(
+    spec: CreateFromDataset, session: Session, store: ArtifactStore, settings: Settings, tenant_id: str
+) -> Classifier:
+    """JSON create (extension): train on the tenant's stored dataset ``spec.dataset_id``."""
+    dataset = datasets.get_dataset(session, tenant_id, spec.dataset_id)
+    return classifiers.create_classifier(
+        session,
+        store,
+        settings,
+        tenant_id=tenant_id,
+        name=datasets.check_name(spec.name, "name", settings.max_name_chars),
+        language=classifiers.check_language(spec.language),
+        source=dataset,
+        now=utcnow(),
+    )
+
+
+def dataset_from_upload(
+    upload: Upload,
+    session: Session,
+    store: ArtifactStore,
+    settings: Settings,
+    tenant_id: str,
+    name: str | None,
+) -> Dataset:
+    """Dataset upload: CSV with a ``text,label`` header or JSON Lines, as a multipart part
+    (``training_data`` or ``file``) or as the raw body; ``name`` from the query or a ``name`` part."""
+    try:
+        data = next((upload.files[p] for p in (TRAINING_DATA, "file", RAW_BODY) if p in upload.files), None)
+        if data is None:
+            raise BadRequest(
+                TRAINING_DATA, "no training data: send a 'training_data' part or a CSV/JSONL body"
+            )
+        raw_name = (
+            name if name is not None else upload.fields.get("name", b"dataset").decode("utf-8", "replace")
+        )
+        checked = datasets.check_name(raw_name, "name", settings.max_name_chars)
+        staged = datasets.stage_upload(store, data, "labelled", Limits.from_settings(settings))
+        return datasets.create_dataset(
+            session, store, staged, tenant_id=tenant_id, name=checked, now=utcnow()
+        )
+    finally:
+        upload.discard()
+
+
+def _metadata(raw: bytes | None) -> dict[str, object]:
+    if raw is None:
+        raise BadRequest(TRAINING_METADATA, "the multipart part 'training_metadata' is required")
+    try:
+        metadata = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest(
+            TRAINING_METADATA, 'must be JSON such as {"language": "en", "name": "..."}'
+        ) from None
+    if not isinstance(metadata, dict):
+        raise BadRequest(TRAINING_METADATA, "must be a JSON object")
+    return metadata

@@ -1,0 +1,44 @@
+"""Administration (extension): tenants and their API keys. Every route needs the admin key."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service import tenancy
+from service.api.deps import AdminDep, SessionDep, SettingsDep
+from service.api.schemas import KeyIssued, KeyRotate, TenantCreate, TenantCreated, TenantInfo, TenantList
+from service.models import utcnow
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+
+@router.post("/tenants", response_model=TenantCreated, status_code=201)
+def create_tenant(
+    _: AdminDep, body: TenantCreate, session: SessionDep, settings: SettingsDep
+) -> TenantCreated:
+    """Create a tenant; the reply carries its first API key, shown only this once."""
+    issued = tenancy.create_tenant(session, body.name, max_name_chars=settings.max_name_chars, now=utcnow())
+    return TenantCreated(
+        tenant_id=issued.tenant_id, key_id=issued.key_id, api_key=issued.api_key, name=body.name.strip()
+    )
+
+
+@router.get("/tenants", response_model=TenantList)
+def list_tenants(_: AdminDep, session: SessionDep) -> TenantList:
+    """Every tenant with its keys (secrets never shown)."""
+    return TenantList(tenants=[TenantInfo.build(t, keys) for t, keys in tenancy.list_tenants(session)])
+
+
+@router.post("/tenants/{tenant_id}/keys", response_model=KeyIssued, status_code=201)
+def rotate_key(_: AdminDep, tenant_id: str, session: SessionDep, body: KeyRotate | None = None) -> KeyIssued:
+    """Issue a new key; with ``revoke_others`` every older key stops working at once."""
+    revoke = body.revoke_others if body else False
+    issued = tenancy.rotate_key(session, tenant_id, revoke_others=revoke, now=utcnow())
+    return KeyIssued(tenant_id=issued.tenant_id, key_id=issued.key_id, api_key=issued.api_key)
+
+
+@router.delete("/tenants/{tenant_id}/keys/{key_id}")
+def revoke_key(_: AdminDep, tenant_id: str, key_id: str, session: SessionDep) -> dict[str, object]:
+    """Revoke one key; requests with it fail from now on."""
+    tenancy.revoke_key(session, tenant_id, key_id, now=utcnow())
+    return {}

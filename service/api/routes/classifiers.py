@@ -1,0 +1,62 @@
+"""NLC v1 classifiers: create, list, get, delete."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from service import classifiers, jobs
+from service.api import intake
+from service.api.deps import ClassifierDep, ModelCacheDep, SessionDep, SettingsDep, StoreDep, TenantDep
+from service.api.schemas import ClassifierInfo, ClassifierList, ClassifierSummary, CreateFromDataset
+from service.api.uploads import is_json, read_json, read_upload
+from service.models import utcnow
+
+router = APIRouter(prefix="/v1/classifiers", tags=["classifiers"])
+
+
+def base_url(request: Request) -> str:
+    """The service's external base URL (no trailing slash)."""
+    return str(request.base_url).rstrip("/")
+
+
+@router.post("", response_model=ClassifierInfo)
+async def create_classifier(
+    request: Request, tenant: TenantDep, session: SessionDep, settings: SettingsDep, store: StoreDep
+) -> ClassifierInfo:
+    """NLC multipart create, or JSON ``{"name", "language", "dataset_id"}`` (extension)."""
+    if is_json(request):
+        spec = CreateFromDataset.model_validate(await read_json(request))
+        create = partial(intake.classifier_from_dataset, spec)
+    else:
+        upload = await read_upload(
+            request, store, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})
+        )
+        create = partial(intake.classifier_from_upload, upload)
+    classifier = await run_in_threadpool(create, session, store, settings, tenant.id)
+    return ClassifierInfo.build_info(classifier, jobs.latest_job(session, classifier.id), base_url(request))
+
+
+@router.get("", response_model=ClassifierList)
+def list_classifiers(request: Request, tenant: TenantDep, session: SessionDep) -> ClassifierList:
+    """Every classifier of the caller's tenant."""
+    found = classifiers.list_classifiers(session, tenant.id)
+    return ClassifierList(classifiers=[ClassifierSummary.build(c, base_url(request)) for c in found])
+
+
+@router.get("/{classifier_id}", response_model=ClassifierInfo)
+def get_classifier(request: Request, classifier: ClassifierDep, session: SessionDep) -> ClassifierInfo:
+    """Status, training progress and (once Available) evaluation metrics."""
+    return ClassifierInfo.build_info(classifier, jobs.latest_job(session, classifier.id), base_url(request))
+
+
+@router.delete("/{classifier_id}")
+def delete_classifier(
+    classifier: ClassifierDep, session: SessionDep, store: StoreDep, models: ModelCacheDep
+) -> dict[str, object]:
+    """Stop its training, delete its rows and files; NLC answers ``{}``."""
+    classifiers.delete_classifier(session, store, classifier, now=utcnow())
+    models.evict(classifier.id)
+    return {}

@@ -1,0 +1,52 @@
+"""Stored datasets (extension): upload once, train many classifiers on it."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from service import datasets
+from service.api import intake
+from service.api.deps import DatasetDep, SessionDep, SettingsDep, StoreDep, TenantDep
+from service.api.routes.classifiers import base_url
+from service.api.schemas import DatasetInfo, DatasetList
+from service.api.uploads import read_upload
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+
+
+@router.post("", response_model=DatasetInfo, status_code=201)
+async def upload_dataset(
+    request: Request,
+    tenant: TenantDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    name: str | None = None,
+) -> DatasetInfo:
+    """CSV (header ``text,label``) or JSON Lines, as multipart or as the raw body."""
+    upload = await read_upload(request, store, settings.max_upload_bytes, intake.DATASET_PARTS)
+    dataset = await run_in_threadpool(
+        intake.dataset_from_upload, upload, session, store, settings, tenant.id, name
+    )
+    return DatasetInfo.build(dataset, base_url(request))
+
+
+@router.get("", response_model=DatasetList)
+def list_datasets(request: Request, tenant: TenantDep, session: SessionDep) -> DatasetList:
+    """The tenant's uploaded datasets."""
+    found = datasets.list_datasets(session, tenant.id)
+    return DatasetList(datasets=[DatasetInfo.build(d, base_url(request)) for d in found])
+
+
+@router.get("/{dataset_id}", response_model=DatasetInfo)
+def get_dataset(request: Request, dataset: DatasetDep) -> DatasetInfo:
+    """One dataset."""
+    return DatasetInfo.build(dataset, base_url(request))
+
+
+@router.delete("/{dataset_id}")
+def delete_dataset(dataset: DatasetDep, session: SessionDep, store: StoreDep) -> dict[str, object]:
+    """Delete a dataset (409 while a classifier still trains on it)."""
+    datasets.delete_dataset(session, store, dataset)
+    return {}

@@ -1,0 +1,267 @@
+"""Wire models: NLC v1 shapes (field names exactly as the ibm-watson SDK reads them) plus extensions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from service.models import ApiKey, Classifier, ClassifierStatus, Dataset, Tenant, TrainingJob
+from service.serving import Scores
+
+PROGRESS_FIELDS = (
+    "phase",
+    "epoch",
+    "step",
+    "total_steps",
+    "loss",
+    "samples_per_second",
+    "eta_seconds",
+    "checkpoints",
+    "resumed",
+)
+
+
+def timestamp(moment: datetime) -> str:
+    """NLC's timestamp form: ISO 8601 UTC with milliseconds and ``Z``."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# --- classifiers -----------------------------------------------------------------------
+
+
+class CreateFromDataset(BaseModel):
+    """JSON create (extension): train on a stored dataset."""
+
+    name: str = Field(min_length=1, max_length=256)
+    language: str = "en"
+    dataset_id: str
+
+
+class ClassifierSummary(BaseModel):
+    """One entry of the classifier list."""
+
+    classifier_id: str
+    url: str
+    name: str
+    language: str
+    created: str
+
+    @classmethod
+    def build(cls, c: Classifier, base_url: str) -> ClassifierSummary:
+        """The list entry for ``c``."""
+        return cls(
+            classifier_id=c.id,
+            url=f"{base_url}/v1/classifiers/{c.id}",
+            name=c.name,
+            language=c.language,
+            created=timestamp(c.created_at),
+        )
+
+
+class ClassifierList(BaseModel):
+    """``GET /v1/classifiers``."""
+
+    classifiers: list[ClassifierSummary]
+
+
+class ClassifierInfo(ClassifierSummary):
+    """A classifier with its status; ``progress`` and ``metrics`` are taas extensions."""
+
+    status: str
+    status_description: str
+    progress: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+
+    @classmethod
+    def build_info(cls, c: Classifier, job: TrainingJob | None, base_url: str) -> ClassifierInfo:
+        """The full view of ``c``, with its latest job's progress."""
+        summary = ClassifierSummary.build(c, base_url)
+        return cls(
+            **summary.model_dump(),
+            status=c.status,
+            status_description=c.status_description,
+            progress=_progress(job),
+            metrics=c.metrics if c.status == ClassifierStatus.AVAILABLE.value else None,
+        )
+
+
+def _progress(job: TrainingJob | None) -> dict[str, Any] | None:
+    if job is None:
+        return None
+    reported = job.progress or {}
+    progress: dict[str, Any] = {name: reported.get(name) for name in PROGRESS_FIELDS}
+    progress["phase"] = reported.get("phase") or job.state
+    progress["state"] = job.state
+    progress["attempts"] = job.attempts
+    return progress
+
+
+# --- classify --------------------------------------------------------------------------
+
+
+class ClassifyInput(BaseModel):
+    """``POST /v1/classifiers/{id}/classify``."""
+
+    text: str
+
+
+class CollectionItem(BaseModel):
+    """One text of a collection."""
+
+    text: str
+
+
+class ClassifyCollectionInput(BaseModel):
+    """``POST /v1/classifiers/{id}/classify_collection``."""
+
+    collection: list[CollectionItem]
+
+
+class ClassifiedClass(BaseModel):
+    """A class and its confidence."""
+
+    class_name: str
+    confidence: float
+
+
+class CollectionResult(BaseModel):
+    """The classification of one text of a collection."""
+
+    text: str
+    top_class: str
+    classes: list[ClassifiedClass]
+
+    @classmethod
+    def build(cls, text: str, scores: Scores) -> CollectionResult:
+        """From the trainer's ranked scores."""
+        return cls(
+            text=text,
+            top_class=scores[0][0],
+            classes=[ClassifiedClass(class_name=name, confidence=conf) for name, conf in scores],
+        )
+
+
+class Classification(CollectionResult):
+    """Reply to classify."""
+
+    classifier_id: str
+    url: str
+
+
+class ClassificationCollection(BaseModel):
+    """Reply to classify_collection."""
+
+    classifier_id: str
+    url: str
+    collection: list[CollectionResult]
+
+
+# --- datasets (extension) ----------------------------------------------------------------
+
+
+class DatasetInfo(BaseModel):
+    """A stored training set."""
+
+    dataset_id: str
+    name: str
+    url: str
+    rows: int
+    classes: int
+    size_bytes: int
+    sha256: str
+    created: str
+
+    @classmethod
+    def build(cls, d: Dataset, base_url: str) -> DatasetInfo:
+        """The view of ``d``."""
+        return cls(
+            dataset_id=d.id,
+            name=d.name,
+            url=f"{base_url}/v1/datasets/{d.id}",
+            rows=d.rows,
+            classes=d.classes,
+            size_bytes=d.size_bytes,
+            sha256=d.sha256,
+            created=timestamp(d.created_at),
+        )
+
+
+class DatasetList(BaseModel):
+    """``GET /v1/datasets``."""
+
+    datasets: list[DatasetInfo]
+
+
+# --- admin (extension) -------------------------------------------------------------------
+
+
+class TenantCreate(BaseModel):
+    """``POST /v1/admin/tenants``."""
+
+    name: str
+
+
+class KeyIssued(BaseModel):
+    """A new key; ``api_key`` is shown only here."""
+
+    tenant_id: str
+    key_id: str
+    api_key: str
+
+
+class TenantCreated(KeyIssued):
+    """A new tenant and its first key."""
+
+    name: str
+
+
+class KeyInfo(BaseModel):
+    """A key as the admin sees it (never the secret)."""
+
+    key_id: str
+    prefix: str
+    created: str
+    revoked: str | None
+
+    @classmethod
+    def build(cls, k: ApiKey) -> KeyInfo:
+        """The view of ``k``."""
+        return cls(
+            key_id=k.id,
+            prefix=k.prefix,
+            created=timestamp(k.created_at),
+            revoked=timestamp(k.revoked_at) if k.revoked_at else None,
+        )
+
+
+class TenantInfo(BaseModel):
+    """A tenant with its keys."""
+
+    tenant_id: str
+    name: str
+    created: str
+    keys: list[KeyInfo]
+
+    @classmethod
+    def build(cls, t: Tenant, keys: list[ApiKey]) -> TenantInfo:
+        """The view of ``t``."""
+        return cls(
+            tenant_id=t.id,
+            name=t.name,
+            created=timestamp(t.created_at),
+            keys=[KeyInfo.build(k) for k in keys],
+        )
+
+
+class TenantList(BaseModel):
+    """``GET /v1/admin/tenants``."""
+
+    tenants: list[TenantInfo]
+
+
+class KeyRotate(BaseModel):
+    """``POST /v1/admin/tenants/{id}/keys``."""
+
+    revoke_others: bool = False

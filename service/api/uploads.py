@@ -1,0 +1,170 @@
+"""Request bodies read as streams: the upload limit is enforced while bytes arrive.
+
+A body is never held whole in memory: ``Content-Length`` is checked up front, bytes are
+counted as they stream in, and multipart parts that carry data are spooled to files in the
+store's staging area (parsed with python-multipart's streaming parser, whether or not a part
+has a file name — the ibm-watson SDK sends none). The caller removes the files with
+:meth:`Upload.discard`, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import Request
+
+from service.errors import BadRequest, PayloadTooLarge
+from service.store import ArtifactStore
+
+SMALL_PART_BYTES = 64 * 1024  # metadata and name fields
+MAX_PARTS = 16
+RAW_BODY = "body"  # the name under which a non-multipart body is spooled
+
+
+@dataclass
+class Upload:
+    """A received body: small fields in memory, data parts as spooled files."""
+
+    fields: dict[str, bytes] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def discard(self) -> None:
+        """Remove every spooled file."""
+        for path in self.files.values():
+            path.unlink(missing_ok=True)
+        self.files.clear()
+
+
+async def read_upload(request: Request, store: ArtifactStore, limit: int, spool: frozenset[str]) -> Upload:
+    """Receive a multipart body (parts named in ``spool`` go to files) or a raw body (to
+    ``files[RAW_BODY]``). PayloadTooLarge over ``limit`` bytes; BadRequest on a malformed body."""
+    upload = Upload()
+    try:
+        content_type, params = parse_options_header(request.headers.get("content-type", ""))
+        if content_type == b"multipart/form-data":
+            await _read_multipart(request, store, limit, spool, params.get(b"boundary", b""), upload)
+        else:
+            path = upload.files[RAW_BODY] = store.temp_path()
+            with open(path, "wb") as out:
+                async for chunk in _limited_stream(request, limit):
+                    out.write(chunk)
+    except BaseException:
+        upload.discard()
+        raise
+    return upload
+
+
+async def read_json(request: Request, limit: int = SMALL_PART_BYTES) -> object:
+    """A small JSON body; PayloadTooLarge over ``limit``, BadRequest if it is not JSON."""
+    body = bytearray()
+    async for chunk in _limited_stream(request, limit):
+        body += chunk
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest("body", f"not valid JSON ({exc})") from None
+
+
+def is_json(request: Request) -> bool:
+    """Whether the request declares a JSON body."""
+    content_type, _ = parse_options_header(request.headers.get("content-type", ""))
+    return content_type == b"application/json"
+
+
+async def _limited_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(limit)
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise PayloadTooLarge(limit)
+        yield chunk
+
+
+class _Part:
+    def __init__(self) -> None:
+        self.header_name = bytearray()
+        self.header_value = bytearray()
+        self.name = ""
+        self.sink: IO[bytes] | None = None
+        self.buffer: bytearray | None = None
+
+
+async def _read_multipart(
+    request: Request, store: ArtifactStore, limit: int, spool: frozenset[str], boundary: bytes, upload: Upload
+) -> None:
+    if not boundary:
+        raise BadRequest("body", "multipart body without a boundary")
+    part = _Part()
+    parts = 0
+
+    def on_part_begin() -> None:
+        nonlocal part, parts
+        parts += 1
+        if parts > MAX_PARTS:
+            raise BadRequest("body", f"more than {MAX_PARTS} multipart parts")
+        part = _Part()
+
+    def on_header_field(data: bytes, start: int, end: int) -> None:
+        part.header_name += data[start:end]
+
+    def on_header_value(data: bytes, start: int, end: int) -> None:
+        part.header_value += data[start:end]
+
+    def on_header_end() -> None:
+        if part.header_name.lower() == b"content-disposition":
+            _, params = parse_options_header(bytes(part.header_value))
+            part.name = params.get(b"name", b"").decode("utf-8", "replace")
+        part.header_name.clear()
+        part.header_value.clear()
+
+    def on_headers_finished() -> None:
+        if part.name in spool:
+            path = upload.files[part.name] = store.temp_path()
+            part.sink = open(path, "wb")  # noqa: SIM115 - closed in on_part_end or below
+        else:
+            part.buffer = bytearray()
+
+    def on_part_data(data: bytes, start: int, end: int) -> None:
+        if part.sink is not None:
+            part.sink.write(data[start:end])
+        elif part.buffer is not None:
+            part.buffer += data[start:end]
+            if len(part.buffer) > SMALL_PART_BYTES:
+                raise BadRequest(part.name, f"field is over {SMALL_PART_BYTES} bytes")
+
+    def on_part_end() -> None:
+        if part.sink is not None:
+            part.sink.close()
+        elif part.buffer is not None:
+            upload.fields[part.name] = bytes(part.buffer)
+
+    parser = MultipartParser(
+        boundary,
+        {
+            "on_part_begin": on_part_begin,
+            "on_header_field": on_header_field,
+            "on_header_value": on_header_value,
+            "on_header_end": on_header_end,
+            "on_headers_finished": on_headers_finished,
+            "on_part_data": on_part_data,
+            "on_part_end": on_part_end,
+        },
+    )
+    try:
+        async for chunk in _limited_stream(request, limit):
+            parser.write(chunk)
+        parser.finalize()
+    except MultipartParseError as exc:
+        raise BadRequest("body", f"malformed multipart body ({exc})") from None
+    finally:
+        if part.sink is not None and not part.sink.closed:
+            part.sink.close()

@@ -1,0 +1,128 @@
+"""Classifiers: create (rows, then the wake-up message), list, delete (cancel, rows, files)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from service import jobs
+from service.datasets import StagedDataset, add_dataset, commit_files
+from service.errors import BadRequest, NotFound
+from service.models import Classifier, ClassifierStatus, Dataset, DatasetOrigin
+from service.queue import enqueue_training
+from service.settings import Settings
+from service.store import ArtifactStore
+
+log = logging.getLogger(__name__)
+_LANGUAGE = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})?$")
+
+
+def check_language(language: object) -> str:
+    """An IETF-style language tag such as ``en`` or ``zh-TW``; BadRequest otherwise."""
+    if not isinstance(language, str) or not _LANGUAGE.match(language):
+        raise BadRequest("language", "must be a language code such as 'en' or 'zh-TW'")
+    return language
+
+
+def create_classifier(
+    session: Session,
+    store: ArtifactStore,
+    settings: Settings,
+    *,
+    tenant_id: str,
+    name: str,
+    language: str,
+    source: StagedDataset | Dataset,
+    now: datetime,
+) -> Classifier:
+    """Record a classifier and its queued job (and, for an upload, its own dataset) in one commit,
+    then wake a worker. If the message cannot be sent the job stays queued for the reconciler.
+
+    On any failure before the commit nothing is kept: no rows, no files.
+    """
+    moves: list[tuple[Path, Path]] = []
+    try:
+        if isinstance(source, StagedDataset):
+            dataset = add_dataset(
+                session,
+                store,
+                source,
+                tenant_id=tenant_id,
+                name=name,
+                origin=DatasetOrigin.CLASSIFIER,
+                now=now,
+            )
+            moves.append((source.path, store.resolve(dataset.path)))
+        else:
+            dataset = source
+        classifier = Classifier(
+            tenant_id=tenant_id,
+            name=name,
+            language=language,
+            dataset_id=dataset.id,
+            status=ClassifierStatus.TRAINING.value,
+            status_description=jobs.TRAINING_DESCRIPTION,
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(classifier)
+        session.flush()
+        checkpoint_dir = store.relative(store.checkpoint_dir(tenant_id, classifier.id))
+        job = jobs.create_job(session, classifier, checkpoint_dir=checkpoint_dir, now=now)
+    except BaseException:
+        session.rollback()
+        if isinstance(source, StagedDataset):
+            source.path.unlink(missing_ok=True)
+        raise
+    commit_files(session, store, moves)
+    try:
+        enqueue_training(settings, job.id)
+    except Exception:
+        log.exception("could not enqueue job %s; it stays queued for the reconciler", job.id)
+    return classifier
+
+
+def list_classifiers(session: Session, tenant_id: str) -> list[Classifier]:
+    """The tenant's classifiers, oldest first."""
+    return list(
+        session.scalars(
+            select(Classifier)
+            .where(Classifier.tenant_id == tenant_id)
+            .order_by(Classifier.created_at, Classifier.id)
+        )
+    )
+
+
+def get_classifier(session: Session, tenant_id: str, classifier_id: str) -> Classifier:
+    """The tenant's classifier; NotFound if unknown or another tenant's."""
+    found = session.scalar(
+        select(Classifier).where(Classifier.id == classifier_id, Classifier.tenant_id == tenant_id)
+    )
+    if found is None:
+        raise NotFound("classifier", classifier_id)
+    return found
+
+
+def delete_classifier(
+    session: Session, store: ArtifactStore, classifier: Classifier, *, now: datetime
+) -> None:
+    """Cancel its jobs (a worker stops at its next fenced write), delete its rows (and the dataset
+    it was created with), then its files."""
+    jobs.cancel_jobs(session, classifier.id, now=now)
+    owned = session.scalar(
+        select(Dataset).where(
+            Dataset.id == classifier.dataset_id, Dataset.origin == DatasetOrigin.CLASSIFIER.value
+        )
+    )
+    session.execute(delete(Classifier).where(Classifier.id == classifier.id))
+    if owned is not None:
+        session.execute(delete(Dataset).where(Dataset.id == owned.id))
+    session.commit()
+    store.delete_classifier(classifier.tenant_id, classifier.id)
+    if owned is not None:
+        store.delete_file(store.resolve(owned.path))

@@ -1,0 +1,145 @@
+"""Stored training sets: validate an upload, store it once as canonical CSV, list, delete.
+
+Nothing is left behind on failure: the canonical file is written to the store's staging
+area, validated, and moved into place only together with the commit of its row.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.errors import BadRequest, Conflict, NotFound
+from service.models import Classifier, Dataset, DatasetOrigin, JobState, TrainingJob
+from service.store import ArtifactStore
+from service.training_data import InputFormat, Limits, Summary, convert
+
+
+@dataclass(frozen=True)
+class StagedDataset:
+    """A validated canonical CSV in the staging area, not yet stored or recorded."""
+
+    path: Path
+    summary: Summary
+
+
+def stage_upload(store: ArtifactStore, upload: Path, fmt: InputFormat, limits: Limits) -> StagedDataset:
+    """Validate ``upload`` into a staged canonical CSV. Raises InvalidTrainingData (nothing kept)."""
+    staged = store.temp_path(".csv")
+    try:
+        return StagedDataset(staged, convert(upload, staged, fmt, limits))
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+
+
+def check_name(name: object, field: str, max_chars: int) -> str:
+    """A stripped, non-empty name of at most ``max_chars``; BadRequest otherwise."""
+    if not isinstance(name, str) or not name.strip() or len(name.strip()) > max_chars:
+        raise BadRequest(field, f"must be a string of 1 to {max_chars} characters")
+    return name.strip()
+
+
+def add_dataset(
+    session: Session,
+    store: ArtifactStore,
+    staged: StagedDataset,
+    *,
+    tenant_id: str,
+    name: str,
+    origin: DatasetOrigin,
+    now: datetime,
+) -> Dataset:
+    """Add the dataset row to the session (flushed, not committed); pair with :func:`commit_files`."""
+    dataset = Dataset(
+        tenant_id=tenant_id,
+        name=name,
+        origin=origin.value,
+        path="",
+        rows=staged.summary.rows,
+        classes=staged.summary.classes,
+        size_bytes=staged.summary.size_bytes,
+        sha256=staged.summary.sha256,
+        created_at=now,
+    )
+    session.add(dataset)
+    session.flush()
+    dataset.path = store.relative(store.dataset_path(tenant_id, dataset.id))
+    session.flush()
+    return dataset
+
+
+def commit_files(session: Session, store: ArtifactStore, moves: list[tuple[Path, Path]]) -> None:
+    """Move each staged file to its destination, then commit; on any failure undo both.
+
+    Raises whatever failed, after rolling back and removing every staged and moved file.
+    """
+    try:
+        for source, dest in moves:
+            store.put_file(source, dest)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        for path in (p for move in moves for p in move):
+            with suppress(OSError):
+                path.unlink(missing_ok=True)
+        raise
+
+
+def create_dataset(
+    session: Session, store: ArtifactStore, staged: StagedDataset, *, tenant_id: str, name: str, now: datetime
+) -> Dataset:
+    """Store a staged upload as a tenant's dataset; commits. On failure nothing is kept."""
+    try:
+        dataset = add_dataset(
+            session, store, staged, tenant_id=tenant_id, name=name, origin=DatasetOrigin.UPLOAD, now=now
+        )
+    except BaseException:
+        session.rollback()
+        staged.path.unlink(missing_ok=True)
+        raise
+    commit_files(session, store, [(staged.path, store.resolve(dataset.path))])
+    return dataset
+
+
+def list_datasets(session: Session, tenant_id: str) -> list[Dataset]:
+    """The tenant's uploaded datasets, oldest first (those owned by a classifier are not listed)."""
+    return list(
+        session.scalars(
+            select(Dataset)
+            .where(Dataset.tenant_id == tenant_id, Dataset.origin == DatasetOrigin.UPLOAD.value)
+            .order_by(Dataset.created_at, Dataset.id)
+        )
+    )
+
+
+def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
+    """The tenant's dataset; NotFound if unknown or another tenant's."""
+    dataset = session.scalar(select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id))
+    if dataset is None:
+        raise NotFound("dataset", dataset_id)
+    return dataset
+
+
+def delete_dataset(session: Session, store: ArtifactStore, dataset: Dataset) -> None:
+    """Delete a dataset row and file; Conflict while a classifier is still training on it."""
+    in_use = session.scalar(
+        select(TrainingJob.id)
+        .join(Classifier, Classifier.id == TrainingJob.classifier_id)
+        .where(
+            Classifier.dataset_id == dataset.id,
+            TrainingJob.state.in_([JobState.QUEUED.value, JobState.TRAINING.value]),
+        )
+        .limit(1)
+    )
+    if in_use is not None:
+        raise Conflict(f"dataset '{dataset.id}' is in use by a classifier that is still training")
+    path = store.resolve(dataset.path)
+    session.delete(dataset)
+    session.commit()
+    store.delete_file(path)

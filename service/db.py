@@ -1,0 +1,40 @@
+"""Engine and session factory for the system-of-record database (SQLite or PostgreSQL)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.settings import Settings
+
+_SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def make_engine(settings: Settings) -> Engine:
+    """An engine for ``settings.resolved_database_url()``.
+
+    SQLite gets WAL journaling (readers never block the writer), enforced foreign keys and a
+    busy timeout so that concurrent writers (API and workers) queue instead of failing.
+    """
+    url = settings.resolved_database_url()
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Sessions bound to ``engine``; objects stay readable after commit."""
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

@@ -1,0 +1,86 @@
+"""The service's error hierarchy: each error knows its HTTP status, its NLC title and its facts.
+
+One handler (``service.api.errors``) renders any of them as the NLC v1 error body
+``{"code": status, "error": title, "description": str(exc)}``::
+
+    TaasError
+    ├── BadRequest                 400  a request field breaks a rule
+    │   └── InvalidTrainingData    400  a training row breaks a rule (names the row)
+    ├── Unauthorized               401  no key, or a key that is unknown or revoked
+    ├── Forbidden                  403  a valid key without the right (tenant key on admin routes)
+    ├── NotFound                   404  unknown id, or one that belongs to another tenant
+    ├── Conflict                   409  the resource is in the wrong state (classify while Training)
+    ├── PayloadTooLarge            413  the request body is over the upload limit
+    └── ServiceUnavailable         503  a dependency cannot serve (model files unreadable)
+"""
+
+from __future__ import annotations
+
+
+class TaasError(Exception):
+    """Base of every error the service reports to a client."""
+
+    status: int = 500
+    title: str = "Internal Server Error"
+
+
+class BadRequest(TaasError):
+    """A request field breaks a rule; the message names the field and the rule."""
+
+    status, title = 400, "Bad Request"
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field, self.rule = field, rule
+
+
+class InvalidTrainingData(BadRequest):
+    """A training row breaks one of NLC's rules; ``row`` is 1-based (0 = the set as a whole)."""
+
+    def __init__(self, row: int, rule: str) -> None:
+        TaasError.__init__(self, f"row {row}: {rule}" if row else rule)
+        self.field, self.row, self.rule = "training_data", row, rule
+
+
+class Unauthorized(TaasError):
+    """No API key was sent, or it is unknown or revoked."""
+
+    status, title = 401, "Unauthorized"
+
+
+class Forbidden(TaasError):
+    """The key is valid but may not do this (a tenant key on an admin route)."""
+
+    status, title = 403, "Forbidden"
+
+
+class NotFound(TaasError):
+    """No such resource for this caller: unknown, or owned by another tenant (never 403)."""
+
+    status, title = 404, "Not Found"
+
+    def __init__(self, kind: str, ident: str) -> None:
+        super().__init__(f"{kind} '{ident}' not found")
+        self.kind, self.ident = kind, ident
+
+
+class Conflict(TaasError):
+    """The resource exists but its state does not allow the request."""
+
+    status, title = 409, "Conflict"
+
+
+class PayloadTooLarge(TaasError):
+    """The request body exceeds ``Settings.max_upload_bytes``."""
+
+    status, title = 413, "Payload Too Large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body exceeds the limit of {limit} bytes")
+        self.limit = limit
+
+
+class ServiceUnavailable(TaasError):
+    """Something the request needs cannot be used right now."""
+
+    status, title = 503, "Service Unavailable"

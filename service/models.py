@@ -1,0 +1,189 @@
+"""The data model (SQLAlchemy 2.0): tenants and their keys, datasets, classifiers, training jobs.
+
+The schema changes only through Alembic revisions in ``migrations/``; keep them in step.
+Every timestamp is timezone-aware UTC (:class:`UTCDateTime`).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Integer, MetaData, String, Text, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def new_id() -> str:
+    """A fresh random identifier for any row."""
+    return str(uuid.uuid4())
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that always comes back timezone-aware UTC.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no zone, so values are stored as naive UTC
+    (which keeps string comparison in SQL correct) and given back their zone on load.
+    Binding a naive datetime is a bug and raises ValueError.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: use timezone-aware UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class JobState(enum.StrEnum):
+    """Where a training job is in its life; only ``service.jobs`` moves it."""
+
+    QUEUED = "queued"
+    TRAINING = "training"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ClassifierStatus(enum.StrEnum):
+    """NLC v1 classifier status values, exactly as the wire spells them."""
+
+    NON_EXISTENT = "Non Existent"
+    TRAINING = "Training"
+    FAILED = "Failed"
+    AVAILABLE = "Available"
+    UNAVAILABLE = "Unavailable"
+
+
+class DatasetOrigin(enum.StrEnum):
+    """How a dataset came to be: uploaded on its own, or with an NLC create (owned by it)."""
+
+    UPLOAD = "upload"
+    CLASSIFIER = "classifier"
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table."""
+
+    # Named constraints, so that Alembic's SQLite batch mode can alter them later.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON}
+
+
+class Tenant(Base):
+    """A customer: owns keys, datasets and classifiers; sees nothing of other tenants."""
+
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(256), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    """A tenant's API key, stored only as its SHA-256; revoked keys stay for the audit trail."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Dataset(Base):
+    """Labelled training data, stored once as canonical CSV (``text,label``) in the artifact store."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    origin: Mapped[str] = mapped_column(String(16), default=DatasetOrigin.UPLOAD.value)
+    path: Mapped[str] = mapped_column(String(512))
+    rows: Mapped[int] = mapped_column(Integer)
+    classes: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Classifier(Base):
+    """An NLC classifier: its status is the NLC view of its training job."""
+
+    __tablename__ = "classifiers"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    language: Mapped[str] = mapped_column(String(16))
+    dataset_id: Mapped[str | None] = mapped_column(
+        ForeignKey("datasets.id", ondelete="SET NULL"), index=True, default=None
+    )
+    status: Mapped[str] = mapped_column(String(16), default=ClassifierStatus.TRAINING.value)
+    status_description: Mapped[str] = mapped_column(Text, default="")
+    model_dir: Mapped[str | None] = mapped_column(String(512), default=None)
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TrainingJob(Base):
+    """One training run of a classifier; a worker holds it by lease, fenced by ``epoch``."""
+
+    __tablename__ = "training_jobs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    classifier_id: Mapped[str] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"), index=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    state: Mapped[str] = mapped_column(String(16), default=JobState.QUEUED.value, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(256), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    progress: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    checkpoint_dir: Mapped[str] = mapped_column(String(512))
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JobEvent(Base):
+    """An append-only record of a job transition: queued, claimed, done, failed, cancelled."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("training_jobs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    epoch: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[str | None] = mapped_column(String(256), default=None)
+    detail: Mapped[str | None] = mapped_column(Text, default=None)
+    at: Mapped[datetime] = mapped_column(default=utcnow)

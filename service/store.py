@@ -1,0 +1,95 @@
+"""The artifact store: datasets, checkpoints and models under one root, scoped by tenant.
+
+Layout (paths in the database are relative to the root, POSIX style)::
+
+    tenants/<tenant_id>/datasets/<dataset_id>.csv
+    tenants/<tenant_id>/classifiers/<classifier_id>/checkpoints/
+    tenants/<tenant_id>/classifiers/<classifier_id>/model/
+    tmp/                                staging: files are validated here, then moved in
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path, PurePosixPath
+
+
+class ArtifactStore:
+    """Tenant-scoped file layout with atomic puts; the root may be a local dir or a shared volume."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def dataset_path(self, tenant_id: str, dataset_id: str) -> Path:
+        """Where a tenant's stored dataset (canonical CSV) lives."""
+        return self._tenant(tenant_id) / "datasets" / f"{_safe(dataset_id)}.csv"
+
+    def classifier_dir(self, tenant_id: str, classifier_id: str) -> Path:
+        """The folder holding everything a classifier owns (checkpoints, model)."""
+        return self._tenant(tenant_id) / "classifiers" / _safe(classifier_id)
+
+    def checkpoint_dir(self, tenant_id: str, classifier_id: str) -> Path:
+        """The trainer's ``workdir`` for a classifier's job: checkpoints to resume from."""
+        return self.classifier_dir(tenant_id, classifier_id) / "checkpoints"
+
+    def model_dir(self, tenant_id: str, classifier_id: str) -> Path:
+        """Where the trained model of a classifier is written."""
+        return self.classifier_dir(tenant_id, classifier_id) / "model"
+
+    def temp_path(self, suffix: str = "") -> Path:
+        """A fresh path in the staging folder (same file system as the store, so moves are atomic)."""
+        staging = self.root / "tmp"
+        staging.mkdir(parents=True, exist_ok=True)
+        return staging / f"{uuid.uuid4().hex}{suffix}"
+
+    def relative(self, path: Path) -> str:
+        """The store-relative POSIX form of ``path``; raises ValueError if it lies outside the root."""
+        return path.resolve().relative_to(self.root).as_posix()
+
+    def resolve(self, relative: str) -> Path:
+        """The absolute path of a store-relative one; raises ValueError on absolute paths or ``..``."""
+        pure = PurePosixPath(relative)
+        if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+            raise ValueError(f"not a store-relative path: {relative!r}")
+        return self.root.joinpath(*pure.parts)
+
+    def put_file(self, source: Path, dest: Path) -> None:
+        """Move ``source`` to ``dest`` atomically: a reader sees no file or the whole file.
+
+        ``source`` is consumed. Raises OSError on failure (``source`` is then removed too).
+        """
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if source.stat().st_dev == dest.parent.stat().st_dev:
+                os.replace(source, dest)
+                return
+            staged = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+            try:
+                with open(source, "rb") as src, open(staged, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(staged, dest)
+            finally:
+                staged.unlink(missing_ok=True)
+        finally:
+            source.unlink(missing_ok=True)
+
+    def delete_file(self, path: Path) -> None:
+        """Remove one stored file if present."""
+        path.unlink(missing_ok=True)
+
+    def delete_classifier(self, tenant_id: str, classifier_id: str) -> None:
+        """Remove a classifier's checkpoints and model, if any."""
+        shutil.rmtree(self.classifier_dir(tenant_id, classifier_id), ignore_errors=True)
+
+    def _tenant(self, tenant_id: str) -> Path:
+        return self.root / "tenants" / _safe(tenant_id)
+
+
+def _safe(ident: str) -> str:
+    if not ident or "/" in ident or "\\" in ident or ident in {".", ".."}:
+        raise ValueError(f"not a valid identifier: {ident!r}")
+    return ident

@@ -1,0 +1,150 @@
+"""Tenants and their API keys: issue, rotate, revoke, and authenticate a presented key.
+
+A key is shown once, when issued; only its SHA-256 is stored. Lookup is by hash, and the
+stored hash is compared again in constant time. Revoking a key takes effect on the next
+request, since every request looks its key up.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.errors import BadRequest, Conflict, NotFound, Unauthorized
+from service.models import ApiKey, Tenant
+from service.settings import Settings
+
+KEY_PREFIX = "taas_"
+BASIC_USER = "apikey"  # what the ibm-watson SDK's BasicAuthenticator/IAM-style config sends
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    """A freshly issued key: ``api_key`` is the secret, never stored and never shown again."""
+
+    key_id: str
+    tenant_id: str
+    api_key: str
+
+
+def hash_key(api_key: str) -> str:
+    """The stored form of a key (hex SHA-256)."""
+    return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+
+
+def presented_key(authorization: str | None, x_api_key: str | None) -> str | None:
+    """The key a request carries: ``Authorization: Bearer K``, ``X-API-Key: K``, or HTTP Basic
+    with user ``apikey`` and password K. None when none is sent; Unauthorized when malformed."""
+    if x_api_key:
+        return x_api_key.strip()
+    if not authorization:
+        return None
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    if scheme.lower() == "basic":
+        try:
+            user, sep, password = (
+                base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+            )
+        except (binascii.Error, UnicodeDecodeError):
+            raise Unauthorized("malformed Basic credentials") from None
+        if sep and user == BASIC_USER and password:
+            return password
+        raise Unauthorized(f"Basic credentials must use the user name '{BASIC_USER}' and the key as password")
+    raise Unauthorized("unsupported Authorization scheme: use Bearer, Basic (apikey:KEY) or X-API-Key")
+
+
+def is_admin_key(settings: Settings, api_key: str) -> bool:
+    """Whether ``api_key`` is the installation's administrator key (constant-time compare)."""
+    if not settings.admin_key:
+        return False
+    return hmac.compare_digest(hash_key(api_key), hash_key(settings.admin_key))
+
+
+def tenant_for_key(session: Session, api_key: str) -> Tenant | None:
+    """The tenant owning an active (unrevoked) key, or None."""
+    digest = hash_key(api_key)
+    row = session.execute(
+        select(ApiKey.key_hash, Tenant)
+        .join(Tenant, Tenant.id == ApiKey.tenant_id)
+        .where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None))
+    ).one_or_none()
+    if row is None or not hmac.compare_digest(row.key_hash, digest):
+        return None
+    return row.Tenant
+
+
+def create_tenant(session: Session, name: str, *, max_name_chars: int, now: datetime) -> IssuedKey:
+    """Create a tenant with one key; commits. BadRequest on a bad name, Conflict if it is taken."""
+    name = name.strip()
+    if not name or len(name) > max_name_chars:
+        raise BadRequest("name", f"must be 1 to {max_name_chars} characters")
+    tenant = Tenant(name=name, created_at=now)
+    session.add(tenant)
+    try:
+        session.flush()
+    except IntegrityError:
+        session.rollback()
+        raise Conflict(f"a tenant named '{name}' already exists") from None
+    issued = _add_key(session, tenant.id, now)
+    session.commit()
+    return issued
+
+
+def list_tenants(session: Session) -> list[tuple[Tenant, list[ApiKey]]]:
+    """Every tenant with its keys (revoked ones included), oldest first."""
+    tenants = session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)).all()
+    keys: dict[str, list[ApiKey]] = {t.id: [] for t in tenants}
+    for key in session.scalars(select(ApiKey).order_by(ApiKey.created_at)):
+        keys.setdefault(key.tenant_id, []).append(key)
+    return [(t, keys[t.id]) for t in tenants]
+
+
+def rotate_key(session: Session, tenant_id: str, *, revoke_others: bool, now: datetime) -> IssuedKey:
+    """Issue a new key for the tenant, optionally revoking all its others; commits. NotFound."""
+    _require_tenant(session, tenant_id)
+    if revoke_others:
+        session.execute(
+            update(ApiKey)
+            .where(ApiKey.tenant_id == tenant_id, ApiKey.revoked_at.is_(None))
+            .values(revoked_at=now)
+            .execution_options(synchronize_session=False)
+        )
+    issued = _add_key(session, tenant_id, now)
+    session.commit()
+    return issued
+
+
+def revoke_key(session: Session, tenant_id: str, key_id: str, *, now: datetime) -> None:
+    """Revoke one of the tenant's keys (idempotent); commits. NotFound for an unknown pair."""
+    key = session.scalar(select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id))
+    if key is None:
+        raise NotFound("key", key_id)
+    if key.revoked_at is None:
+        key.revoked_at = now
+    session.commit()
+
+
+def _require_tenant(session: Session, tenant_id: str) -> Tenant:
+    tenant = session.get(Tenant, tenant_id)
+    if tenant is None:
+        raise NotFound("tenant", tenant_id)
+    return tenant
+
+
+def _add_key(session: Session, tenant_id: str, now: datetime) -> IssuedKey:
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey(tenant_id=tenant_id, key_hash=hash_key(secret), prefix=secret[:12], created_at=now)
+    session.add(key)
+    session.flush()
+    return IssuedKey(key_id=key.id, tenant_id=tenant_id, api_key=secret)

@@ -1,0 +1,204 @@
+"""Read uploaded training data, enforce Watson NLC's rules, write the canonical CSV.
+
+Two input forms are accepted:
+
+* ``nlc``: the NLC v1 CSV — no header, each row ``text,class[,class...]``;
+* ``labelled``: CSV with a header naming ``text`` and ``label`` columns, or JSON Lines with
+  ``{"text": ..., "label": ...}`` objects (``label`` may also be a list of classes).
+
+Both become the canonical form the trainer reads (``trainer.read_labelled_csv``): UTF-8 CSV
+with header ``text,label``, one row per (text, class) pair. A violated rule raises
+:class:`~service.errors.InvalidTrainingData` naming the 1-based row of the input (counting
+the header line, if any) and the rule. Input is streamed row by row; it is never held whole.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from service.errors import InvalidTrainingData
+from service.settings import Settings
+
+InputFormat = Literal["nlc", "labelled"]
+_ENCODING = "utf-8-sig"  # accepts, and drops, a leading BOM
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The training-data rules in force (from Settings)."""
+
+    max_rows: int
+    max_text_chars: int
+    max_class_chars: int
+    min_classes: int
+    max_classes: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        """The limits an installation configured."""
+        return cls(
+            max_rows=settings.max_training_rows,
+            max_text_chars=settings.max_text_chars,
+            max_class_chars=settings.max_class_chars,
+            min_classes=settings.min_classes,
+            max_classes=settings.max_classes,
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What was written: input rows, canonical rows, distinct classes, size and digest."""
+
+    input_rows: int
+    rows: int
+    classes: int
+    size_bytes: int
+    sha256: str
+
+
+def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summary:
+    """Validate ``source`` and write its canonical CSV to ``dest``.
+
+    Raises InvalidTrainingData on the first violated rule; ``dest`` may then hold a partial
+    file, which the caller removes.
+    """
+    with open(source, encoding=_ENCODING, errors="surrogateescape", newline="") as text_in:
+        records = _nlc_records(text_in) if fmt == "nlc" else _labelled_records(text_in)
+        classes: set[str] = set()
+        input_rows = written = 0
+        with open(dest, "w", encoding="utf-8", newline="") as out:
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(["text", "label"])
+            for row, text, labels in records:
+                input_rows += 1
+                if input_rows > limits.max_rows:
+                    raise InvalidTrainingData(row, f"more than {limits.max_rows} rows (max_training_rows)")
+                text = _check_text(row, text, limits)
+                for label in dict.fromkeys(_check_label(row, label, limits) for label in labels):
+                    if label not in classes and len(classes) >= limits.max_classes:
+                        raise InvalidTrainingData(
+                            row, f"more than {limits.max_classes} distinct classes (max_classes)"
+                        )
+                    classes.add(label)
+                    writer.writerow([text, label])
+                    written += 1
+    if input_rows == 0:
+        raise InvalidTrainingData(0, "training data has no rows")
+    if len(classes) < limits.min_classes:
+        raise InvalidTrainingData(
+            0,
+            f"training data has {len(classes)} distinct class(es); "
+            f"at least {limits.min_classes} are required (min_classes)",
+        )
+    return Summary(input_rows, written, len(classes), dest.stat().st_size, _sha256(dest))
+
+
+def _nlc_records(lines: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]:
+    for row, fields in _csv_rows(lines):
+        if len(fields) < 2:
+            raise InvalidTrainingData(row, "a row needs a text and at least one class")
+        yield row, fields[0], fields[1:]
+
+
+def _labelled_records(stream: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]:
+    lines = iter(stream)
+    first = next(lines, "")
+    rest = _chain(first, lines)
+    if first.lstrip().startswith("{"):
+        yield from _jsonl_records(rest)
+    else:
+        yield from _header_csv_records(rest)
+
+
+def _header_csv_records(lines: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]:
+    rows = _csv_rows(lines)
+    header_row, header = next(rows, (1, []))
+    names = [_valid_utf8(header_row, h).strip().lower() for h in header]
+    if "text" not in names or "label" not in names:
+        raise InvalidTrainingData(header_row, 'the header must name the columns "text" and "label"')
+    text_at, label_at = names.index("text"), names.index("label")
+    for row, fields in rows:
+        if len(fields) <= max(text_at, label_at):
+            raise InvalidTrainingData(row, f"expected {len(names)} columns, found {len(fields)}")
+        yield row, fields[text_at], [fields[label_at]]
+
+
+def _jsonl_records(lines: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]:
+    for row, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(_valid_utf8(row, line))
+        except json.JSONDecodeError as exc:
+            raise InvalidTrainingData(row, f"not a JSON object ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise InvalidTrainingData(row, "not a JSON object")
+        text, label = record.get("text"), record.get("label")
+        labels = label if isinstance(label, list) else [label]
+        if not isinstance(text, str) or not labels or not all(isinstance(x, str) for x in labels):
+            raise InvalidTrainingData(row, 'needs a string "text" and a string (or list) "label"')
+        yield row, text, labels
+
+
+def _csv_rows(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+    reader = csv.reader(lines, strict=True)
+    row = 0
+    while True:
+        row += 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InvalidTrainingData(row, f"malformed CSV ({exc})") from None
+        if fields:  # blank lines are skipped but still counted
+            yield row, [_valid_utf8(row, f) for f in fields]
+
+
+def _valid_utf8(row: int, value: str) -> str:
+    # Undecodable bytes were mapped to lone surrogates (errors="surrogateescape").
+    if any("\udc80" <= ch <= "\udcff" for ch in value):
+        raise InvalidTrainingData(row, "not valid UTF-8")
+    return value
+
+
+def _check_text(row: int, text: str, limits: Limits) -> str:
+    text = text.strip()
+    if not text:
+        raise InvalidTrainingData(row, "text is empty")
+    if len(text) > limits.max_text_chars:
+        raise InvalidTrainingData(
+            row, f"text has {len(text)} characters; the limit is {limits.max_text_chars} (max_text_chars)"
+        )
+    return text
+
+
+def _check_label(row: int, label: str, limits: Limits) -> str:
+    label = label.strip()
+    if not label:
+        raise InvalidTrainingData(row, "class is empty")
+    if len(label) > limits.max_class_chars:
+        raise InvalidTrainingData(
+            row, f"class has {len(label)} characters; the limit is {limits.max_class_chars} (max_class_chars)"
+        )
+    return label
+
+
+def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
+    if first:
+        yield first
+    yield from rest
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

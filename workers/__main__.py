@@ -1,0 +1,35 @@
+"""``python -m workers [celery worker options]``: one Celery worker on the training queue.
+
+The solo pool runs the task in the worker's main process, which must not be a daemon: the
+trainer starts its own learner processes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+from service.queue import TRAINING_QUEUE
+from workers.app import celery_app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the worker until it is told to stop (SIGTERM: finish or checkpoint the job, then exit)."""
+    celery_app.worker_main(
+        [
+            "worker",
+            "--pool=solo",
+            "--concurrency=1",
+            f"--queues={TRAINING_QUEUE}",
+            f"--hostname=taas-{os.getpid()}@{socket.gethostname()}",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel=INFO",
+            *(sys.argv[1:] if argv is None else argv),
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()

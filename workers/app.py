@@ -1,0 +1,40 @@
+"""The workers' Celery application, configured from :class:`service.settings.Settings` on first use.
+
+Celery reads the configuration lazily (``add_defaults`` with a callable), so importing this module
+needs no environment; the broker URL is required only when the app first talks to Redis.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from service.queue import TRAINING_QUEUE
+from service.settings import get_settings
+
+# Redis redelivers an unacknowledged message after this long. The job lease in the database,
+# not Redis, detects a crashed worker (a reconciler re-enqueues expired leases), so this only has
+# to outlast the longest training job: redelivering a job that is still training would park a
+# second worker on a claim it cannot win.
+VISIBILITY_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
+def _configuration() -> dict[str, object]:
+    settings = get_settings()
+    return {
+        "broker_url": settings.require_redis_url(),
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS},
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "task_default_queue": TRAINING_QUEUE,
+        "worker_prefetch_multiplier": 1,
+        "enable_utc": True,
+        "imports": ["workers.tasks"],
+    }
+
+
+celery_app = Celery("taas", set_as_current=False)
+celery_app.add_defaults(_configuration)

@@ -7,9 +7,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from service import serving
 from service.api import errors
 from service.api.routes import admin, classifiers, classify, datasets
+from service.api.uploads import BodyLimit
 from service.db import make_engine, session_factory
+from service.ratelimit import RateLimiter
 from service.serving import ModelCache
 from service.settings import Settings, get_settings
 from service.store import ArtifactStore
@@ -26,10 +29,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.sessions = session_factory(engine)
         app.state.store = ArtifactStore(settings.resolved_artifacts_dir())
-        app.state.models = ModelCache(settings.model_cache_bytes)
+        app.state.models = ModelCache(settings.model_cache_bytes, threads=settings.serving_threads)
+        serving.use_one_torch_thread()
+        app.state.limiter = RateLimiter(settings.redis_url, burst_seconds=settings.classify_burst_seconds)
         try:
             yield
         finally:
+            app.state.limiter.close()
+            app.state.models.close()
             engine.dispose()
 
     app = FastAPI(
@@ -38,6 +45,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    app.add_middleware(
+        BodyLimit,
+        upload_bytes=settings.max_upload_bytes,
+        json_bytes=settings.max_json_bytes,
+        upload_paths=("/v1/classifiers", "/v1/datasets"),
+    )
     for module in (classifiers, classify, datasets, admin):
         app.include_router(module.router)
     return app

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 from service.errors import BadRequest, Conflict, NotFound
 from service.models import Classifier, Dataset, DatasetOrigin, JobState, TrainingJob
 from service.store import ArtifactStore
-from service.training_data import InputFormat, Limits, Summary, convert
+from service.tenancy import well_formed_id
+from service.training_data import InputFormat, Limits, Summary, convert, unprintable
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,11 @@ def stage_upload(store: ArtifactStore, upload: Path, fmt: InputFormat, limits: L
 
 
 def check_name(name: object, field: str, max_chars: int) -> str:
-    """A stripped, non-empty name of at most ``max_chars``; BadRequest otherwise."""
+    """A stripped, non-empty, printable name of at most ``max_chars``; BadRequest otherwise."""
     if not isinstance(name, str) or not name.strip() or len(name.strip()) > max_chars:
         raise BadRequest(field, f"must be a string of 1 to {max_chars} characters")
+    if problem := unprintable(name):
+        raise BadRequest(field, problem)
     return name.strip()
 
 
@@ -120,6 +123,8 @@ def list_datasets(session: Session, tenant_id: str) -> list[Dataset]:
 
 def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
     """The tenant's dataset; NotFound if unknown or another tenant's."""
+    if not well_formed_id(dataset_id):
+        raise NotFound("dataset", dataset_id)
     dataset = session.scalar(select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id))
     if dataset is None:
         raise NotFound("dataset", dataset_id)

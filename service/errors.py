@@ -8,9 +8,11 @@ One handler (``service.api.errors``) renders any of them as the NLC v1 error bod
     │   └── InvalidTrainingData    400  a training row breaks a rule (names the row)
     ├── Unauthorized               401  no key, or a key that is unknown or revoked
     ├── Forbidden                  403  a valid key without the right (tenant key on admin routes)
+    │   └── QuotaExceeded          403  the tenant is at one of its quotas (names it and its value)
     ├── NotFound                   404  unknown id, or one that belongs to another tenant
     ├── Conflict                   409  the resource is in the wrong state (classify while Training)
     ├── PayloadTooLarge            413  the request body is over the upload limit
+    ├── RateLimited                429  over the tenant's request rate (carries Retry-After)
     └── ServiceUnavailable         503  a dependency cannot serve (model files unreadable)
 """
 
@@ -84,3 +86,27 @@ class ServiceUnavailable(TaasError):
     """Something the request needs cannot be used right now."""
 
     status, title = 503, "Service Unavailable"
+
+
+class QuotaExceeded(Forbidden):
+    """The tenant is at one of its quotas; the message names the quota, its value and the usage."""
+
+    def __init__(self, quota: str, limit: int, usage: int, adding: int = 1) -> None:
+        super().__init__(
+            f"quota '{quota}' exceeded: the limit is {limit}, the tenant has {usage} "
+            f"and this request adds {adding}"
+        )
+        self.quota, self.limit, self.usage, self.adding = quota, limit, usage, adding
+
+
+class RateLimited(TaasError):
+    """Over the tenant's request rate; retry after ``retry_after`` seconds (whole, at least 1)."""
+
+    status, title = 429, "Too Many Requests"
+
+    def __init__(self, quota: str, limit: int, retry_after: int) -> None:
+        super().__init__(
+            f"rate limit '{quota}' exceeded: the limit is {limit} requests per second; "
+            f"retry after {retry_after} s"
+        )
+        self.quota, self.limit, self.retry_after = quota, limit, retry_after

@@ -11,7 +11,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Integer, MetaData, String, Text, TypeDecorator
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, MetaData, String, Text, TypeDecorator
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -187,3 +187,17 @@ class JobEvent(Base):
     worker_id: Mapped[str | None] = mapped_column(String(256), default=None)
     detail: Mapped[str | None] = mapped_column(Text, default=None)
     at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TenantQuota(Base):
+    """A tenant's quota overrides set by the admin; a NULL column means the installation default."""
+
+    __tablename__ = "tenant_quotas"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    classifiers: Mapped[int | None] = mapped_column(Integer, default=None)
+    training_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
+    dataset_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    dataset_rows: Mapped[int | None] = mapped_column(Integer, default=None)
+    classify_rps: Mapped[int | None] = mapped_column(Integer, default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

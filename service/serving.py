@@ -1,15 +1,32 @@
-"""Serving: a memory-bounded LRU of loaded models, and classification with NLC's input rules."""
+"""Serving: a memory-bounded LRU of loaded models, and classification with NLC's input rules.
+
+Nothing here runs on the event loop for long: a model is loaded on a small loader pool of
+its own (a slow load never takes a thread that inference or the database needs, and requests
+for the same model share one load), and lookups and inference run on a small, bounded set of
+serving threads (``ModelCache.threads``: more threads than cores only fight over the GIL).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-from service.errors import BadRequest, Conflict, ServiceUnavailable
-from service.models import Classifier, ClassifierStatus
+import torch
+from anyio import CapacityLimiter, to_thread
+from sqlalchemy import and_, bindparam, select
+from sqlalchemy.orm import Session
+
+from service.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
+from service.models import ApiKey, Classifier, ClassifierStatus, TenantQuota
 from service.store import ArtifactStore
+from service.tenancy import hash_key
+from service.training_data import has_surrogates
 from trainer.errors import CheckpointCorrupt
 from trainer.inference import LoadedModel
 
@@ -17,47 +34,118 @@ Scores = list[tuple[str, float]]
 _Key = tuple[str, str]
 
 
+@dataclass(frozen=True)
+class Servable:
+    """What classify needs of a classifier."""
+
+    id: str
+    status: str
+    model_dir: str | None
+
+
+@dataclass(frozen=True)
+class ServingLookup:
+    """A classify call's key resolved: its tenant, the tenant's classify-rate override, and the
+    named classifier (None when it is unknown or another tenant's)."""
+
+    tenant_id: str
+    classify_rps: int | None
+    classifier: Servable | None
+
+
+# Built once: constructing a SELECT costs more than running it on SQLite (the hot path).
+_LOOKUP = (
+    select(
+        ApiKey.key_hash,
+        ApiKey.tenant_id,
+        TenantQuota.classify_rps,
+        Classifier.id,
+        Classifier.status,
+        Classifier.model_dir,
+    )
+    .select_from(ApiKey)
+    .outerjoin(TenantQuota, TenantQuota.tenant_id == ApiKey.tenant_id)
+    .outerjoin(
+        Classifier,
+        and_(Classifier.id == bindparam("classifier_id"), Classifier.tenant_id == ApiKey.tenant_id),
+    )
+    .where(ApiKey.key_hash == bindparam("digest"), ApiKey.revoked_at.is_(None))
+)
+
+
+def lookup(session: Session, api_key: str, classifier_id: str) -> ServingLookup | None:
+    """Resolve an active key and the classifier it names in one query (the classify hot path);
+    None when the key is unknown or revoked. The stored hash is compared in constant time."""
+    digest = hash_key(api_key)
+    row = session.execute(_LOOKUP, {"digest": digest, "classifier_id": classifier_id}).one_or_none()
+    if row is None or not hmac.compare_digest(row.key_hash, digest):
+        return None
+    found = Servable(row.id, row.status, row.model_dir) if row.id is not None else None
+    return ServingLookup(row.tenant_id, row.classify_rps, found)
+
+
 class ModelCache:
     """LRU of :class:`trainer.LoadedModel`, keyed by (classifier id, model dir), within a byte budget.
 
-    Loading happens outside the cache lock, so a slow load never blocks hits on other models;
-    concurrent requests for the same model wait on one load instead of each loading it.
-    The newest model is kept even if it alone exceeds the budget.
+    Models load lazily, on the first classify, on a loader pool of their own: a slow load
+    never blocks the event loop, hits on other models, or the threads that run inference, and
+    concurrent requests for one model await a single load. The newest model is kept even if
+    it alone exceeds the budget. A model deleted while it loads may be cached once more; it is
+    unreachable (classify looks the classifier up first) and ages out of the LRU.
     """
 
-    def __init__(self, budget_bytes: int) -> None:
+    def __init__(self, budget_bytes: int, *, loaders: int = 2, threads: int = 2) -> None:
         self.budget_bytes = budget_bytes
+        # Classify work (lookups, inference) runs on at most ``threads`` worker threads: more
+        # only contend for the GIL and stretch every request's latency.
+        self.threads = CapacityLimiter(threads)
         self._models: OrderedDict[_Key, LoadedModel] = OrderedDict()
-        self._loading: dict[_Key, threading.Lock] = {}
+        self._pending: dict[_Key, asyncio.Future[LoadedModel]] = {}  # touched only on the loop
         self._lock = threading.Lock()
+        self._loader = ThreadPoolExecutor(max_workers=loaders, thread_name_prefix="model-load")
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._models)
+
+    async def aget(self, classifier_id: str, model_dir: Path) -> LoadedModel:
+        """The loaded model in ``model_dir``, loading it off the event loop on a miss.
+
+        Concurrent callers for one model await a single load; a caller that goes away does not
+        cancel it for the others. Raises CheckpointCorrupt (or OSError) if unreadable.
+        """
+        key = (classifier_id, str(model_dir))
+        with self._lock:
+            model = self._models.get(key)
+            if model is not None:
+                self._models.move_to_end(key)
+                return model
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().run_in_executor(self._loader, self._load, key, model_dir)
+            self._pending[key] = pending
+            pending.add_done_callback(lambda _done: self._pending.pop(key, None))
+        return await asyncio.shield(pending)
+
+    def close(self) -> None:
+        """Stop the loader threads (loads in progress finish) and drop every model."""
+        self._loader.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._models.clear()
+
+    def _load(self, key: _Key, model_dir: Path) -> LoadedModel:
+        model = LoadedModel.load(model_dir)
+        with self._lock:
+            self._models[key] = model
+            self._models.move_to_end(key)
+            self._evict_over_budget()
+        return model
 
     @property
     def nbytes(self) -> int:
         """Approximate memory held by the cached models."""
         with self._lock:
             return sum(m.nbytes for m in self._models.values())
-
-    def get(self, classifier_id: str, model_dir: Path) -> LoadedModel:
-        """The loaded model in ``model_dir``; raises CheckpointCorrupt (or OSError) if unreadable."""
-        key = (classifier_id, str(model_dir))
-        with self._lock:
-            if key in self._models:
-                self._models.move_to_end(key)
-                return self._models[key]
-            load_lock = self._loading.setdefault(key, threading.Lock())
-        with load_lock:
-            with self._lock:
-                if key in self._models:
-                    return self._models[key]
-            try:
-                model = LoadedModel.load(model_dir)
-            finally:
-                with self._lock:
-                    self._loading.pop(key, None)
-            with self._lock:
-                self._models[key] = model
-                self._evict_over_budget()
-            return model
 
     def evict(self, classifier_id: str) -> None:
         """Drop every cached model of a classifier (it was deleted)."""
@@ -77,6 +165,8 @@ def check_texts(texts: Sequence[str], *, field: str, max_chars: int) -> list[str
     for text in texts:
         if not text.strip():
             raise BadRequest(field, "text must not be empty")
+        if has_surrogates(text):
+            raise BadRequest(field, "text is not valid Unicode (unpaired surrogate)")
         if len(text) > max_chars:
             raise BadRequest(
                 field, f"text has {len(text)} characters; the limit is {max_chars} (max_text_chars)"
@@ -84,22 +174,36 @@ def check_texts(texts: Sequence[str], *, field: str, max_chars: int) -> list[str
     return list(texts)
 
 
-def classify(
-    cache: ModelCache, store: ArtifactStore, classifier: Classifier, texts: Sequence[str]
+async def classify(
+    cache: ModelCache,
+    store: ArtifactStore,
+    classifier: Servable,
+    texts: Sequence[str],
+    *,
+    still_exists: Callable[[], bool] = lambda: True,
 ) -> list[Scores]:
     """Per text, every class with its confidence, highest first, summing to 1.
 
-    Conflict when the classifier is not Available; ServiceUnavailable when its model files
-    cannot be read. Blocking (CPU-bound): call it off the event loop.
+    Conflict when the classifier is not Available. When its model cannot be read: NotFound
+    if ``still_exists()`` (run in a thread) says it was deleted meanwhile, else
+    ServiceUnavailable. Loading and inference run off the event loop.
     """
     if classifier.status != ClassifierStatus.AVAILABLE.value or not classifier.model_dir:
         raise Conflict(
             f"classifier '{classifier.id}' is {classifier.status}; classify needs status Available"
         )
     try:
-        model = cache.get(classifier.id, store.resolve(classifier.model_dir))
+        model = await cache.aget(classifier.id, store.resolve(classifier.model_dir))
     except (CheckpointCorrupt, OSError) as exc:
+        if not await to_thread.run_sync(still_exists, limiter=cache.threads):
+            raise NotFound("classifier", classifier.id) from None
         raise ServiceUnavailable(
             f"the model of classifier '{classifier.id}' cannot be loaded: {exc}"
         ) from exc
-    return model.classify(list(texts))
+    return await to_thread.run_sync(model.classify, list(texts), limiter=cache.threads)
+
+
+def use_one_torch_thread() -> None:
+    """Make torch run each inference on one core: requests are the parallelism of an API process,
+    and intra-op threads per request would only fight over the same cores."""
+    torch.set_num_threads(1)

@@ -52,6 +52,28 @@ class Settings(BaseSettings):
 
     # --- serving -------------------------------------------------------------------------
     model_cache_bytes: int = Field(512 * 1024 * 1024, gt=0, description="Memory budget of the model LRU.")
+    serving_threads: int = Field(
+        2, gt=0, description="Worker threads running classify lookups and inference at once (~cores)."
+    )
+
+    # --- per-tenant quotas (defaults; the admin API overrides them per tenant) -------------
+    quota_classifiers: int = Field(100, ge=0, description="Classifiers a tenant may have at once.")
+    quota_training_jobs: int = Field(
+        10, ge=0, description="Training jobs (queued or training) a tenant may have at once."
+    )
+    quota_dataset_bytes: int = Field(
+        1024 * 1024 * 1024, ge=0, description="Bytes of stored training data (canonical CSV) per tenant."
+    )
+    quota_dataset_rows: int = Field(1_000_000, ge=0, description="Rows of stored training data per tenant.")
+    quota_classify_rps: int = Field(
+        100, ge=0, description="classify and classify_collection calls per second per tenant (0: none)."
+    )
+    max_json_bytes: int = Field(
+        1024 * 1024, gt=0, description="Largest JSON request body (classify, admin; uploads excepted)."
+    )
+    classify_burst_seconds: float = Field(
+        2.0, gt=0, description="Burst a tenant may spend at once, in seconds of its classify rate."
+    )
 
     def resolved_database_url(self) -> str:
         """The database URL in force: the setting, or SQLite in the data dir."""

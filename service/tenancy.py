@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session
 from service.errors import BadRequest, Conflict, NotFound, Unauthorized
 from service.models import ApiKey, Tenant
 from service.settings import Settings
+from service.training_data import unprintable
 
 KEY_PREFIX = "taas_"
 BASIC_USER = "apikey"  # what the ibm-watson SDK's BasicAuthenticator/IAM-style config sends
@@ -34,6 +36,18 @@ class IssuedKey:
     key_id: str
     tenant_id: str
     api_key: str
+
+
+def well_formed_id(ident: str) -> bool:
+    """Whether ``ident`` has the form of the ids taas issues (a lower-case UUID string). Anything
+    else cannot name a row, so callers answer 404 without asking the database (which keeps odd
+    bytes such as NUL away from it)."""
+    if len(ident) != 36:
+        return False
+    try:
+        return str(uuid.UUID(ident)) == ident
+    except ValueError:
+        return False
 
 
 def hash_key(api_key: str) -> str:
@@ -89,6 +103,8 @@ def create_tenant(session: Session, name: str, *, max_name_chars: int, now: date
     name = name.strip()
     if not name or len(name) > max_name_chars:
         raise BadRequest("name", f"must be 1 to {max_name_chars} characters")
+    if problem := unprintable(name):
+        raise BadRequest("name", problem)
     tenant = Tenant(name=name, created_at=now)
     session.add(tenant)
     try:
@@ -112,7 +128,7 @@ def list_tenants(session: Session) -> list[tuple[Tenant, list[ApiKey]]]:
 
 def rotate_key(session: Session, tenant_id: str, *, revoke_others: bool, now: datetime) -> IssuedKey:
     """Issue a new key for the tenant, optionally revoking all its others; commits. NotFound."""
-    _require_tenant(session, tenant_id)
+    require_tenant(session, tenant_id)
     if revoke_others:
         session.execute(
             update(ApiKey)
@@ -127,6 +143,8 @@ def rotate_key(session: Session, tenant_id: str, *, revoke_others: bool, now: da
 
 def revoke_key(session: Session, tenant_id: str, key_id: str, *, now: datetime) -> None:
     """Revoke one of the tenant's keys (idempotent); commits. NotFound for an unknown pair."""
+    if not (well_formed_id(key_id) and well_formed_id(tenant_id)):
+        raise NotFound("key", key_id)
     key = session.scalar(select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id))
     if key is None:
         raise NotFound("key", key_id)
@@ -135,8 +153,9 @@ def revoke_key(session: Session, tenant_id: str, key_id: str, *, now: datetime) 
     session.commit()
 
 
-def _require_tenant(session: Session, tenant_id: str) -> Tenant:
-    tenant = session.get(Tenant, tenant_id)
+def require_tenant(session: Session, tenant_id: str) -> Tenant:
+    """The tenant ``tenant_id``; NotFound if there is none."""
+    tenant = session.get(Tenant, tenant_id) if well_formed_id(tenant_id) else None
     if tenant is None:
         raise NotFound("tenant", tenant_id)
     return tenant

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,13 +138,15 @@ def _jsonl_records(lines: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]
             record = json.loads(_valid_utf8(row, line))
         except json.JSONDecodeError as exc:
             raise InvalidTrainingData(row, f"not a JSON object ({exc.msg})") from None
+        except RecursionError:
+            raise InvalidTrainingData(row, "JSON nested too deeply") from None
         if not isinstance(record, dict):
             raise InvalidTrainingData(row, "not a JSON object")
         text, label = record.get("text"), record.get("label")
         labels = label if isinstance(label, list) else [label]
         if not isinstance(text, str) or not labels or not all(isinstance(x, str) for x in labels):
             raise InvalidTrainingData(row, 'needs a string "text" and a string (or list) "label"')
-        yield row, text, labels
+        yield row, _valid_utf8(row, text), [_valid_utf8(row, x) for x in labels]
 
 
 def _csv_rows(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
@@ -162,10 +165,25 @@ def _csv_rows(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
 
 
 def _valid_utf8(row: int, value: str) -> str:
-    # Undecodable bytes were mapped to lone surrogates (errors="surrogateescape").
-    if any("\udc80" <= ch <= "\udcff" for ch in value):
+    # Undecodable bytes were mapped to lone surrogates (errors="surrogateescape"); a JSON Lines
+    # "\ud800" escape makes one too. Neither can be written as UTF-8.
+    if has_surrogates(value):
         raise InvalidTrainingData(row, "not valid UTF-8")
     return value
+
+
+def has_surrogates(value: str) -> bool:
+    """Whether ``value`` holds an unpaired surrogate (it cannot be encoded as UTF-8)."""
+    return any("\ud800" <= ch <= "\udfff" for ch in value)
+
+
+def unprintable(value: str) -> str | None:
+    """Why ``value`` cannot be a name (a control character, or an unpaired surrogate), or None."""
+    if has_surrogates(value):
+        return "is not valid Unicode (unpaired surrogate)"
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        return "must not contain control characters"
+    return None
 
 
 def _check_text(row: int, text: str, limits: Limits) -> str:

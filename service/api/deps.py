@@ -2,26 +2,33 @@
 
 A classifier or dataset id that is unknown, or belongs to another tenant, is 404 "not
 found" — never 403, so ids leak nothing across tenants.
+
+Dependencies that only read ``app.state`` or headers are ``async`` so that FastAPI runs them
+on the event loop instead of sending each to the thread pool; those that query the database
+are plain functions (FastAPI runs them in a worker thread).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Annotated
 
+from anyio import to_thread
 from fastapi import Depends, Header, Request
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from service import classifiers, datasets
-from service.errors import Forbidden, Unauthorized
+from service import classifiers, datasets, serving
+from service.errors import Forbidden, NotFound, Unauthorized
 from service.models import Classifier, Dataset, Tenant
-from service.serving import ModelCache
+from service.ratelimit import RateLimiter
+from service.serving import ModelCache, Servable
 from service.settings import Settings
 from service.store import ArtifactStore
-from service.tenancy import is_admin_key, presented_key, tenant_for_key
+from service.tenancy import is_admin_key, presented_key, tenant_for_key, well_formed_id
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -31,12 +38,12 @@ def _session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def _store(request: Request) -> ArtifactStore:
+async def _store(request: Request) -> ArtifactStore:
     store: ArtifactStore = request.app.state.store
     return store
 
 
-def _models(request: Request) -> ModelCache:
+async def _models(request: Request) -> ModelCache:
     cache: ModelCache = request.app.state.models
     return cache
 
@@ -47,7 +54,7 @@ StoreDep = Annotated[ArtifactStore, Depends(_store)]
 ModelCacheDep = Annotated[ModelCache, Depends(_models)]
 
 
-def _key(
+async def _key(
     authorization: Annotated[str | None, Header()] = None,
     x_api_key: Annotated[str | None, Header()] = None,
 ) -> str:
@@ -66,9 +73,13 @@ def _tenant(key: KeyDep, session: SessionDep, settings: SettingsDep) -> Tenant:
     tenant = tenant_for_key(session, key)
     if tenant is not None:
         return tenant
+    raise _refusal(settings, key)
+
+
+def _refusal(settings: Settings, key: str) -> Exception:
     if is_admin_key(settings, key):
-        raise Forbidden("the admin key cannot act as a tenant; use a tenant's API key")
-    raise Unauthorized("the API key is unknown or revoked")
+        return Forbidden("the admin key cannot act as a tenant; use a tenant's API key")
+    return Unauthorized("the API key is unknown or revoked")
 
 
 TenantDep = Annotated[Tenant, Depends(_tenant)]
@@ -86,6 +97,8 @@ AdminDep = Annotated[None, Depends(_admin)]
 
 
 def _classifier(classifier_id: str, tenant: TenantDep, session: SessionDep) -> Classifier:
+    if not well_formed_id(classifier_id):
+        raise NotFound("classifier", classifier_id)
     return classifiers.get_classifier(session, tenant.id, classifier_id)
 
 
@@ -95,3 +108,62 @@ def _dataset(dataset_id: str, tenant: TenantDep, session: SessionDep) -> Dataset
 
 ClassifierDep = Annotated[Classifier, Depends(_classifier)]
 DatasetDep = Annotated[Dataset, Depends(_dataset)]
+
+
+@dataclass(frozen=True)
+class ServingTarget:
+    """Everything a classify call needs: the classifier it names (the caller's own, within its
+    rate), a check whether it still exists, and the app's settings, store and model cache."""
+
+    classifier: Servable
+    still_exists: Callable[[], bool]
+    settings: Settings
+    store: ArtifactStore
+    models: ModelCache
+
+
+async def _serving_target(
+    classifier_id: str,
+    request: Request,
+    authorization: Annotated[str | None, Header()] = None,
+    x_api_key: Annotated[str | None, Header()] = None,
+) -> ServingTarget:
+    # The hot path, kept to one dependency (FastAPI's per-dependency cost is real here) and one
+    # hop to a serving thread: one query (caller, its rate override, the classifier) and one
+    # Redis call (the tenant's rate).
+    key = await _key(authorization, x_api_key)
+    state = request.app.state
+    models: ModelCache = state.models
+    found, still_exists = await to_thread.run_sync(
+        _resolve_target,
+        state.sessions,
+        classifier_id,
+        key,
+        state.settings,
+        state.limiter,
+        limiter=models.threads,
+    )
+    return ServingTarget(found, still_exists, state.settings, state.store, models)
+
+
+def _resolve_target(
+    sessions: sessionmaker[Session], classifier_id: str, key: str, settings: Settings, limiter: RateLimiter
+) -> tuple[Servable, Callable[[], bool]]:
+    with sessions() as session:
+        found = serving.lookup(session, key, classifier_id if well_formed_id(classifier_id) else "")
+    if found is None:
+        raise _refusal(settings, key)
+    rps = settings.quota_classify_rps if found.classify_rps is None else found.classify_rps
+    limiter.acquire("classify_rps", found.tenant_id, rps)
+    if found.classifier is None:  # unknown, another tenant's, or not even an id
+        raise NotFound("classifier", classifier_id)
+    classifier_pk = found.classifier.id
+
+    def still_exists() -> bool:
+        with sessions() as fresh:
+            return fresh.get(Classifier, classifier_pk) is not None
+
+    return found.classifier, still_exists
+
+
+ServingDep = Annotated[ServingTarget, Depends(_serving_target)]

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 import uuid
+from functools import partial
 from http import HTTPStatus
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.errors import TaasError, Unauthorized
+from service.errors import RateLimited, TaasError, Unauthorized
 
 log = logging.getLogger(__name__)
 WWW_AUTHENTICATE = 'Basic realm="taas", Bearer realm="taas"'
@@ -25,7 +28,8 @@ def nlc_error(status: int, description: str, headers: dict[str, str] | None = No
 
 
 def install(app: FastAPI) -> None:
-    """Register the handlers on ``app``."""
+    """Register the handlers on ``app``, and document the error responses in its OpenAPI schema."""
+    app.openapi = partial(_openapi, app)  # type: ignore[method-assign]
     app.add_exception_handler(TaasError, _taas_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
@@ -34,12 +38,21 @@ def install(app: FastAPI) -> None:
 
 
 async def _taas_error(_request: Request, exc: TaasError) -> JSONResponse:
-    headers = {"WWW-Authenticate": WWW_AUTHENTICATE} if isinstance(exc, Unauthorized) else None
+    headers = None
+    if isinstance(exc, Unauthorized):
+        headers = {"WWW-Authenticate": WWW_AUTHENTICATE}
+    elif isinstance(exc, RateLimited):
+        headers = {"Retry-After": str(exc.retry_after)}
     body = {"code": exc.status, "error": exc.title, "description": str(exc)}
     return JSONResponse(body, status_code=exc.status, headers=headers)
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc.__cause__, TaasError):
+        # FastAPI wraps any error raised while it reads the body (our body limit among them).
+        return await _taas_error(request, exc.__cause__)
+    if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+        return nlc_error(400, "body: JSON nested too deeply")
     if exc.status_code == 404:
         description = f"no route for {request.method} {request.url.path}"
     elif exc.status_code == 405:
@@ -62,3 +75,49 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     incident = uuid.uuid4().hex[:12]
     log.error("unexpected error %s on %s %s", incident, request.method, request.url.path, exc_info=exc)
     return nlc_error(500, f"unexpected error; reference {incident} in the server log")
+
+
+_ERROR_SCHEMA = {
+    "title": "Error",
+    "type": "object",
+    "required": ["code", "error", "description"],
+    "properties": {
+        "code": {"type": "integer"},
+        "error": {"type": "string"},
+        "description": {"type": "string"},
+    },
+}
+_ALWAYS = (400, 401, 403, 413)  # malformed, no key, wrong key or a quota, body over its limit
+_EXTRA = {  # (method, path) -> statuses beyond those
+    ("post", "/v1/classifiers/{classifier_id}/classify"): (409, 429, 503),
+    ("post", "/v1/classifiers/{classifier_id}/classify_collection"): (409, 429, 503),
+    ("delete", "/v1/datasets/{dataset_id}"): (409,),
+    ("post", "/v1/admin/tenants"): (409,),
+}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    # Document what the handlers above really send: the NLC body, 400 instead of FastAPI's 422,
+    # 404 wherever a path names an id, and the route-specific codes.
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+    schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = _ERROR_SCHEMA
+    schema["components"]["schemas"].pop("HTTPValidationError", None)
+    schema["components"]["schemas"].pop("ValidationError", None)
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            statuses = [*_ALWAYS, *_EXTRA.get((method, path), ())]
+            if "{" in path:
+                statuses.append(404)
+            for status in statuses:
+                responses[str(status)] = {"description": HTTPStatus(status).phrase, **error}
+            if 429 in statuses:
+                responses["429"]["headers"] = {
+                    "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
+                }
+    app.openapi_schema = schema
+    return schema

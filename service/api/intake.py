@@ -1,23 +1,25 @@
 """Turn received uploads into domain calls: NLC create, JSON create, dataset upload.
 
 Blocking (validation and file moves): routes run these in the thread pool. Each one
-discards the spooled upload whatever happens.
+discards the spooled upload whatever happens. Quotas are checked after validation (the sizes
+are known then) and inside the transaction that adds the rows (``service.quotas``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from sqlalchemy.orm import Session
 
-from service import classifiers, datasets
+from service import classifiers, datasets, quotas
 from service.api.schemas import CreateFromDataset
 from service.api.uploads import RAW_BODY, Upload
 from service.errors import BadRequest
 from service.models import Classifier, Dataset, utcnow
 from service.settings import Settings
 from service.store import ArtifactStore
-from service.training_data import Limits
+from service.training_data import Limits, unprintable
 
 TRAINING_DATA = "training_data"
 TRAINING_METADATA = "training_metadata"
@@ -35,11 +37,23 @@ def classifier_from_upload(
             raise BadRequest(
                 "training_metadata.name", f"must be a string of at most {settings.max_name_chars} characters"
             )
+        if problem := unprintable(name):
+            raise BadRequest("training_metadata.name", problem)
         language = classifiers.check_language(metadata.get("language"))
         if TRAINING_DATA not in upload.files:
             raise BadRequest(TRAINING_DATA, "the multipart part 'training_data' is required")
         staged = datasets.stage_upload(
             store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings)
+        )
+        _or_discard(
+            staged,
+            lambda: quotas.check_can_create_classifier(
+                session,
+                settings,
+                tenant_id,
+                dataset_bytes=staged.summary.size_bytes,
+                dataset_rows=staged.summary.rows,
+            ),
         )
         return classifiers.create_classifier(
             session,
@@ -60,6 +74,7 @@ def classifier_from_dataset(
 ) -> Classifier:
     """JSON create (extension): train on the tenant's stored dataset ``spec.dataset_id``."""
     dataset = datasets.get_dataset(session, tenant_id, spec.dataset_id)
+    quotas.check_can_create_classifier(session, settings, tenant_id)
     return classifiers.create_classifier(
         session,
         store,
@@ -93,6 +108,12 @@ def dataset_from_upload(
         )
         checked = datasets.check_name(raw_name, "name", settings.max_name_chars)
         staged = datasets.stage_upload(store, data, "labelled", Limits.from_settings(settings))
+        _or_discard(
+            staged,
+            lambda: quotas.check_can_store_dataset(
+                session, settings, tenant_id, size_bytes=staged.summary.size_bytes, rows=staged.summary.rows
+            ),
+        )
         return datasets.create_dataset(
             session, store, staged, tenant_id=tenant_id, name=checked, now=utcnow()
         )
@@ -100,12 +121,20 @@ def dataset_from_upload(
         upload.discard()
 
 
+def _or_discard(staged: datasets.StagedDataset, check: Callable[[], None]) -> None:
+    try:
+        check()
+    except BaseException:
+        staged.path.unlink(missing_ok=True)
+        raise
+
+
 def _metadata(raw: bytes | None) -> dict[str, object]:
     if raw is None:
         raise BadRequest(TRAINING_METADATA, "the multipart part 'training_metadata' is required")
     try:
         metadata = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise BadRequest(
             TRAINING_METADATA, 'must be JSON such as {"language": "en", "name": "..."}'
         ) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.models import ApiKey, Classifier, ClassifierStatus, Dataset, Tenant, TrainingJob
 from service.serving import Scores
@@ -265,3 +265,55 @@ class KeyRotate(BaseModel):
     """``POST /v1/admin/tenants/{id}/keys``."""
 
     revoke_others: bool = False
+
+
+# --- quotas (extension, admin) -------------------------------------------------------------
+
+_INT32_MAX = 2**31 - 1  # the quota columns are INTEGER, dataset_bytes BIGINT
+_BYTES_MAX = 2**53
+
+
+class QuotaValues(BaseModel):
+    """A value for each quota."""
+
+    classifiers: int
+    training_jobs: int
+    dataset_bytes: int
+    dataset_rows: int
+    classify_rps: int
+
+
+class QuotaUsage(BaseModel):
+    """What a tenant holds now (its classify rate is not stored)."""
+
+    classifiers: int
+    training_jobs: int
+    dataset_bytes: int
+    dataset_rows: int
+
+
+class QuotaOverrides(BaseModel):
+    """``PATCH /v1/admin/tenants/{id}/quotas``: the quotas named are set (an integer) or reset to
+    the installation default (``null``); those left out keep their current value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    classifiers: int | None = Field(None, ge=0, le=_INT32_MAX)
+    training_jobs: int | None = Field(None, ge=0, le=_INT32_MAX)
+    dataset_bytes: int | None = Field(None, ge=0, le=_BYTES_MAX)
+    dataset_rows: int | None = Field(None, ge=0, le=_INT32_MAX)
+    classify_rps: int | None = Field(None, ge=0, le=_INT32_MAX)
+
+    def changes(self) -> dict[str, int | None]:
+        """Only the quotas the request named."""
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+class TenantQuotas(BaseModel):
+    """A tenant's quotas in force, the admin's overrides, the defaults, and its usage."""
+
+    tenant_id: str
+    quotas: QuotaValues
+    overrides: dict[str, int | None]
+    defaults: QuotaValues
+    usage: QuotaUsage

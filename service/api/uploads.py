@@ -18,6 +18,8 @@ from typing import IO
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import BadRequest, PayloadTooLarge
 from service.store import ArtifactStore
@@ -69,6 +71,8 @@ async def read_json(request: Request, limit: int = SMALL_PART_BYTES) -> object:
         return json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest("body", f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise BadRequest("body", "JSON nested too deeply") from None
 
 
 def is_json(request: Request) -> bool:
@@ -168,3 +172,50 @@ async def _read_multipart(
     finally:
         if part.sink is not None and not part.sink.closed:
             part.sink.close()
+
+
+class BodyLimit:
+    """ASGI middleware: every request body has a limit, checked on ``Content-Length`` before the
+    app runs and counted while it streams. Upload routes (``upload_paths`` prefixes, POST) may
+    send ``upload_bytes``; every other route, whose bodies are small JSON, ``json_bytes``."""
+
+    def __init__(
+        self, app: ASGIApp, *, upload_bytes: int, json_bytes: int, upload_paths: tuple[str, ...]
+    ) -> None:
+        self.app = app
+        self.upload_bytes, self.json_bytes, self.upload_paths = upload_bytes, json_bytes, upload_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"].rstrip("/")
+        is_upload = scope["method"] == "POST" and path in self.upload_paths
+        limit = self.upload_bytes if is_upload else self.json_bytes
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            error = PayloadTooLarge(limit)
+            body = {"code": error.status, "error": error.title, "description": str(error)}
+            await JSONResponse(body, status_code=error.status, headers={"Connection": "close"})(
+                scope, receive, send
+            )
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise PayloadTooLarge(limit)
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None

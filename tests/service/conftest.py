@@ -1,8 +1,8 @@
-"""Fixtures for the API tests: NLC uploads and what a failed request must not leave behind."""
+"""Fixtures for the API tests: NLC uploads, an Available classifier, and what a failed request
+must not leave behind (``tests/security`` uses the same fixtures through ``tests.service.helpers``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,23 +15,27 @@ from sqlalchemy.orm import Session
 
 from service.models import Classifier, Dataset, TrainingJob
 from service.settings import Settings
-
-NLC_CSV = (
-    "How hot is it today?,temperature\n"
-    "Is it hot outside?,temperature\n"
-    '"Will it be cold, tonight?",temperature\n'
-    "Is it raining?,conditions\n"
-    "Will it snow tomorrow?,conditions,temperature\n"
-)
+from service.store import ArtifactStore
+from tests.service.helpers import NLC_CSV, make_available, nlc_files, train_tiny_model
 
 
-def nlc_files(csv: str | bytes = NLC_CSV, metadata: object | None = None) -> dict[str, Any]:
-    """The multipart body the ibm-watson SDK sends for create_classifier (parts without file names)."""
-    meta = json.dumps(metadata if metadata is not None else {"language": "en", "name": "weather"})
-    return {
-        "training_metadata": (None, meta, "application/json"),
-        "training_data": (None, csv, "text/csv"),
-    }
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model trained once per session by the real trainer on a few weather questions."""
+    return train_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture
+def available(
+    tenant: Any,
+    create_classifier: Callable[..., httpx.Response],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> str:
+    """A classifier of ``tenant`` taken through the job state machine to Available."""
+    cid = create_classifier(tenant).json()["classifier_id"]
+    return make_available(session, store, tenant.id, cid, tiny_model)
 
 
 @pytest.fixture

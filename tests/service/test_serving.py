@@ -2,72 +2,23 @@
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 import math
 import shutil
+import threading
+import time
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import jobs
-from service.models import TrainingJob, utcnow
+from service.serving import ModelCache
 from service.store import ArtifactStore
-from trainer.data import LabelledData
-from trainer.engine import train
-from trainer.hparams import DEFAULT_HPARAMS
-
-WEATHER = {
-    "temperature": [
-        "how hot is it",
-        "is it cold outside",
-        "what is the temperature",
-        "will it be warm",
-        "freezing today?",
-    ],
-    "conditions": ["is it raining", "will it snow", "is it sunny", "any storms coming", "is it cloudy"],
-}
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A model trained once per session by the real trainer on a few weather questions."""
-    texts = [t for texts in WEATHER.values() for t in texts]
-    labels = [label for label, texts in WEATHER.items() for _ in texts]
-    root = tmp_path_factory.mktemp("tiny-model")
-    hparams = dataclasses.replace(DEFAULT_HPARAMS, buckets=1 << 12, max_features=4096, min_updates=60)
-    result = train(
-        LabelledData(texts, labels), workdir=root / "work", out_dir=root / "model", hparams=hparams
-    )
-    return result.model_dir
-
-
-@pytest.fixture
-def available(
-    client: TestClient,
-    tenant: Any,
-    create_classifier: Callable[..., Any],
-    session: Session,
-    store: ArtifactStore,
-    tiny_model: Path,
-) -> str:
-    """A classifier taken through the job state machine to Available with ``tiny_model``."""
-    cid = create_classifier(tenant).json()["classifier_id"]
-    job_id = session.scalar(select(TrainingJob.id).where(TrainingJob.classifier_id == cid))
-    assert job_id is not None
-    lease = jobs.claim_job(session, job_id, "test-worker", now=utcnow(), lease=timedelta(seconds=60))
-    assert lease is not None
-    model_dir = store.model_dir(tenant.id, cid)
-    shutil.copytree(tiny_model, model_dir)
-    assert jobs.finish_job(
-        session, lease, model_dir=store.relative(model_dir), metrics={"accuracy": 1.0}, now=utcnow()
-    )
-    return cid
+from tests.service.helpers import WEATHER, make_available
+from trainer.inference import LoadedModel
 
 
 def test_classify_answers_nlc_shape_with_confidences_summing_to_one(
@@ -119,3 +70,100 @@ def test_unreadable_model_is_503(
     )
 
     assert reply.status_code == 503 and reply.json()["code"] == 503
+
+
+def test_lru_keeps_the_most_recently_used_models_within_the_budget(tiny_model: Path, tmp_path: Path) -> None:
+    dirs = [shutil.copytree(tiny_model, tmp_path / name) for name in "abc"]
+    one = LoadedModel.load(tiny_model).nbytes
+    cache = ModelCache(budget_bytes=2 * one)
+
+    async def use(*names: str) -> None:
+        for name in names:
+            await cache.aget(name, tmp_path / name)
+
+    try:
+        asyncio.run(use("a", "b", "a", "c"))  # b is the least recently used when c arrives
+
+        assert len(cache) == 2 and cache.nbytes <= 2 * one
+        loads: list[Path] = []
+        real = LoadedModel.load
+        LoadedModel.load = classmethod(lambda cls, d: loads.append(d) or real(d))  # type: ignore[method-assign]
+        try:
+            asyncio.run(use("a", "c", "b"))
+        finally:
+            LoadedModel.load = real  # type: ignore[method-assign]
+        assert loads == [dirs[1]]
+    finally:
+        cache.close()
+
+
+def test_concurrent_requests_for_one_model_share_one_load(tiny_model: Path) -> None:
+    cache = ModelCache(budget_bytes=1 << 30)
+    loads: list[Path] = []
+    real = LoadedModel.load
+
+    def counted(cls: type[LoadedModel], path: Path) -> LoadedModel:
+        loads.append(path)
+        time.sleep(0.2)
+        return real(path)
+
+    async def many() -> list[LoadedModel]:
+        return await asyncio.gather(*(cache.aget("x", tiny_model) for _ in range(20)))
+
+    LoadedModel.load = classmethod(counted)  # type: ignore[method-assign, assignment]
+    try:
+        models = asyncio.run(many())
+    finally:
+        LoadedModel.load = real  # type: ignore[method-assign]
+        cache.close()
+    assert loads == [tiny_model] and len({id(m) for m in models}) == 1
+
+
+def test_a_slow_model_load_blocks_no_other_request(
+    client: TestClient,
+    tenant: Any,
+    available: str,
+    create_classifier: Callable[..., Any],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    warm = create_classifier(tenant).json()["classifier_id"]
+    make_available(session, store, tenant.id, warm, tiny_model)
+    assert client.post(
+        f"/v1/classifiers/{warm}/classify", json={"text": "rain"}, headers=tenant.headers
+    ).is_success
+    release = threading.Event()
+    real = LoadedModel.load
+
+    def stuck(cls: type[LoadedModel], path: Path) -> LoadedModel:
+        release.wait(30)
+        return real(path)
+
+    monkeypatch.setattr(LoadedModel, "load", classmethod(stuck))
+    slow: list[int] = []
+    waiting = [
+        threading.Thread(
+            target=lambda: slow.append(
+                client.post(
+                    f"/v1/classifiers/{available}/classify", json={"text": "rain"}, headers=tenant.headers
+                ).status_code
+            )
+        )
+        for _ in range(8)
+    ]
+    for thread in waiting:
+        thread.start()
+
+    started = time.monotonic()
+    for _ in range(20):
+        reply = client.post(f"/v1/classifiers/{warm}/classify", json={"text": "snow"}, headers=tenant.headers)
+        assert reply.status_code == 200
+    assert client.get("/v1/classifiers", headers=tenant.headers).status_code == 200
+    elapsed = time.monotonic() - started
+    release.set()
+    for thread in waiting:
+        thread.join(30)
+
+    assert elapsed < 5 and slow == [200] * 8

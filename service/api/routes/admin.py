@@ -1,13 +1,26 @@
-"""Administration (extension): tenants and their API keys. Every route needs the admin key."""
+"""Administration (extension): tenants, their API keys and quotas. Every route needs the admin key."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from dataclasses import asdict
 
-from service import tenancy
+from fastapi import APIRouter
+from sqlalchemy.orm import Session
+
+from service import quotas, tenancy
 from service.api.deps import AdminDep, SessionDep, SettingsDep
-from service.api.schemas import KeyIssued, KeyRotate, TenantCreate, TenantCreated, TenantInfo, TenantList
+from service.api.schemas import (
+    KeyIssued,
+    KeyRotate,
+    QuotaOverrides,
+    TenantCreate,
+    TenantCreated,
+    TenantInfo,
+    TenantList,
+    TenantQuotas,
+)
 from service.models import utcnow
+from service.settings import Settings
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -42,3 +55,31 @@ def revoke_key(_: AdminDep, tenant_id: str, key_id: str, session: SessionDep) ->
     """Revoke one key; requests with it fail from now on."""
     tenancy.revoke_key(session, tenant_id, key_id, now=utcnow())
     return {}
+
+
+@router.get("/tenants/{tenant_id}/quotas", response_model=TenantQuotas)
+def get_quotas(_: AdminDep, tenant_id: str, session: SessionDep, settings: SettingsDep) -> TenantQuotas:
+    """The tenant's quotas in force, with the overrides, the defaults and its usage."""
+    return _quotas_view(session, settings, tenant_id)
+
+
+@router.patch("/tenants/{tenant_id}/quotas", response_model=TenantQuotas)
+def set_quotas(
+    _: AdminDep, tenant_id: str, body: QuotaOverrides, session: SessionDep, settings: SettingsDep
+) -> TenantQuotas:
+    """Override some quotas of one tenant (an integer), or reset them to the default (null)."""
+    quotas.set_overrides(session, settings, tenant_id, body.changes(), now=utcnow())
+    return _quotas_view(session, settings, tenant_id)
+
+
+def _quotas_view(session: Session, settings: Settings, tenant_id: str) -> TenantQuotas:
+    tenancy.require_tenant(session, tenant_id)
+    return TenantQuotas.model_validate(
+        {
+            "tenant_id": tenant_id,
+            "quotas": asdict(quotas.quotas_for(session, settings, tenant_id)),
+            "overrides": quotas.overrides_for(session, tenant_id),
+            "defaults": asdict(quotas.defaults(settings)),
+            "usage": asdict(quotas.usage(session, tenant_id)),
+        }
+    )

@@ -15,7 +15,27 @@ from service.api.uploads import read_upload
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
 
-@router.post("", response_model=DatasetInfo, status_code=201)
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "text/csv": {"schema": {"type": "string"}},
+            "application/x-ndjson": {"schema": {"type": "string"}},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "training_data": {"type": "string", "format": "binary"},
+                        "name": {"type": "string"},
+                    },
+                }
+            },
+        },
+    }
+}
+
+
+@router.post("", response_model=DatasetInfo, status_code=201, openapi_extra=_UPLOAD_BODY)
 async def upload_dataset(
     request: Request,
     tenant: TenantDep,

@@ -1,0 +1,301 @@
+"""Serving benchmark: classify and classify_collection against a bare FastAPI endpoint, side by side.
+
+    python benchmarks/serve_bench.py [--json] [--url URL --admin-key KEY] [--seconds 5]
+
+Without ``--url`` it starts the platform as a user would (``taas up`` on a free port, in a temp
+data dir, one worker), creates a tenant through the admin API, lifts the tenant's classify
+rate quota (the admin quota API), trains a classifier on ``--data`` (a ``text,label`` CSV;
+default: the NLU-Evaluation chatbot set, else a built-in synthetic set) and waits until it is
+Available. In every case it also starts a bare FastAPI app (one route that returns a constant)
+under the same uvicorn options as the API, and drives each target with the same loopback load
+generator (keep-alive HTTP/1.1 over raw asyncio sockets, one connection per concurrent
+client, so the generator itself costs little) at concurrency 1, 16 and 64.
+
+``--json`` prints one object: ``{"results": [{"target", "concurrency", "rps", "p50_ms",
+"p99_ms", "errors"}, ...], "load_average": [...], ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from fastapi import FastAPI
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "nlu-eval-chatbot" / "train.csv"
+CONCURRENCY = (1, 16, 64)
+TEXT = "when is the next train from odeonsplatz to the main station?"
+
+bare_app = FastAPI()
+
+
+@bare_app.post("/bare")
+async def bare() -> dict[str, str]:
+    """The baseline: FastAPI and uvicorn with no work at all."""
+    return {"top_class": "constant"}
+
+
+# --- load generator ------------------------------------------------------------------------
+
+
+async def _client(
+    host: str, port: int, request: bytes, stop_at: float, record_from: float, latencies: list[float]
+) -> int:
+    reader, writer = await asyncio.open_connection(host, port)
+    errors = 0
+    try:
+        while (start := time.perf_counter()) < stop_at:
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            await reader.readexactly(length)
+            if start >= record_from:
+                latencies.append(time.perf_counter() - start)
+                errors += status != 200
+    finally:
+        writer.close()
+    return errors
+
+
+async def _drive(url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float) -> dict:
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    head = [f"POST {parts.path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json"]
+    head += [f"{k}: {v}" for k, v in headers.items()] + [f"Content-Length: {len(body)}"]
+    request = ("\r\n".join(head) + "\r\n\r\n").encode() + body
+    warmup = min(1.0, seconds / 4)
+    now = time.perf_counter()
+    record_from, stop_at = now + warmup, now + warmup + seconds
+    latencies: list[float] = []
+    errors = await asyncio.gather(
+        *(_client(host, port, request, stop_at, record_from, latencies) for _ in range(concurrency))
+    )
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "concurrency": concurrency,
+        "requests": n,
+        "rps": round(n / seconds, 1),
+        "p50_ms": round(latencies[n // 2] * 1000, 2) if n else None,
+        "p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1000, 2) if n else None,
+        "errors": sum(errors),
+    }
+
+
+# --- the platform and the bare app -----------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_http(url: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise SystemExit(f"nothing answers at {url} after {timeout:.0f}s")
+
+
+@contextmanager
+def _process(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _training_csv(data: Path | None) -> bytes:
+    """An NLC create body (no header, ``text,class``) from a ``text,label`` CSV or synthetic rows."""
+    rows: list[tuple[str, str]] = []
+    if data is not None and data.exists():
+        with open(data, encoding="utf-8", newline="") as f:
+            rows = [(r["text"], r["label"]) for r in csv.DictReader(f)]
+    else:
+        rng = random.Random(0)
+        topics = {
+            "travel": "train station ticket connection bus platform departure",
+            "weather": "rain snow sunny cold warm forecast storm",
+            "music": "song album play artist volume playlist guitar",
+            "food": "pizza restaurant order dinner recipe lunch menu",
+        }
+        for label, words in topics.items():
+            vocab = words.split()
+            rows += [(" ".join(rng.choices(vocab, k=6)), label) for _ in range(50)]
+    lines = []
+    for text, label in rows:
+        buffer = []
+        csv.writer(_Lines(buffer), lineterminator="\n").writerow([text, label])
+        lines.append(buffer[0])
+    return "".join(lines).encode("utf-8")
+
+
+class _Lines:
+    def __init__(self, buffer: list[str]) -> None:
+        self.buffer = buffer
+
+    def write(self, text: str) -> None:
+        self.buffer.append(text)
+
+
+def _prepare_classifier(base: str, admin_key: str, data: Path | None) -> tuple[str, str]:
+    admin = {"Authorization": f"Bearer {admin_key}"}
+    with httpx.Client(base_url=base, timeout=60) as client:
+        tenant = client.post(
+            "/v1/admin/tenants", json={"name": f"bench-{os.getpid()}-{time.time_ns()}"}, headers=admin
+        )
+        tenant.raise_for_status()
+        tenant_id, key = tenant.json()["tenant_id"], tenant.json()["api_key"]
+        lifted = client.patch(
+            f"/v1/admin/tenants/{tenant_id}/quotas", json={"classify_rps": 10**7}, headers=admin
+        )
+        lifted.raise_for_status()
+        headers = {"Authorization": f"Bearer {key}"}
+        meta = json.dumps({"language": "en", "name": "serve-bench"})
+        created = client.post(
+            "/v1/classifiers",
+            files={
+                "training_metadata": (None, meta, "application/json"),
+                "training_data": (None, _training_csv(data), "text/csv"),
+            },
+            headers=headers,
+        )
+        created.raise_for_status()
+        cid = created.json()["classifier_id"]
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            status = client.get(f"/v1/classifiers/{cid}", headers=headers).json()["status"]
+            if status == "Available":
+                return cid, key
+            if status == "Failed":
+                raise SystemExit(
+                    f"training failed: {client.get(f'/v1/classifiers/{cid}', headers=headers).text}"
+                )
+            time.sleep(0.5)
+    raise SystemExit("the classifier did not become Available within 600 s")
+
+
+def _measure(base: str, bare_url: str, cid: str, key: str, seconds: float) -> list[dict]:
+    auth = {"Authorization": f"Bearer {key}"}
+    single = json.dumps({"text": TEXT}).encode()
+    collection = json.dumps({"collection": [{"text": f"{TEXT} {i}"} for i in range(30)]}).encode()
+    targets = [
+        ("bare", bare_url, single, {}),
+        ("classify", f"{base}/v1/classifiers/{cid}/classify", single, auth),
+        ("classify_collection", f"{base}/v1/classifiers/{cid}/classify_collection", collection, auth),
+    ]
+    results = []
+    for concurrency in CONCURRENCY:  # interleaved, so that a change in machine load hits each alike
+        for name, url, body, headers in targets:
+            result = asyncio.run(_drive(url, body, headers, concurrency, seconds))
+            results.append({"target": name, **result})
+            print(f"{name:20s} c={concurrency:3d} {result}", file=sys.stderr)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--url", help="a running taas API (default: start `taas up` here)")
+    parser.add_argument("--admin-key", default=os.environ.get("TAAS_ADMIN_KEY"), help="with --url")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a text,label CSV to train on")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per point")
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+    with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
+        work = Path(tmp)
+        env = dict(os.environ)
+        bare_port = _free_port()
+        # The same uvicorn options as the API under `taas up` (access log on, into a file here).
+        bare_argv = [sys.executable, "-m", "uvicorn", "benchmarks.serve_bench:bare_app"]
+        bare_argv += ["--host", "127.0.0.1", "--port", str(bare_port), "--timeout-graceful-shutdown", "10"]
+        with _process(bare_argv, {**env, "PYTHONPATH": str(REPO)}, work / "bare.log"):
+            bare_url = f"http://127.0.0.1:{bare_port}/bare"
+            if args.url:
+                if not args.admin_key:
+                    raise SystemExit("--url needs --admin-key (or TAAS_ADMIN_KEY)")
+                base, admin_key = args.url.rstrip("/"), args.admin_key
+                _wait_http(bare_url.replace("/bare", "/docs"))
+                results = _measure(
+                    base, bare_url, *_prepare_classifier(base, admin_key, args.data), args.seconds
+                )
+            else:
+                port, admin_key = _free_port(), f"bench-admin-{time.time_ns()}"
+                taas_env = {**env, "TAAS_ADMIN_KEY": admin_key, "TAAS_DATA_DIR": str(work / "var")}
+                taas_env.pop("TAAS_DATABASE_URL", None)
+                taas_env.pop("TAAS_REDIS_URL", None)
+                taas = [
+                    str(Path(sys.executable).parent / "taas"),
+                    "up",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    "1",
+                ]
+                with _process(taas, {**taas_env, "PYTHONPATH": str(REPO)}, work / "taas.log"):
+                    base = f"http://127.0.0.1:{port}"
+                    _wait_http(f"{base}/docs")
+                    _wait_http(bare_url.replace("/bare", "/docs"))
+                    results = _measure(
+                        base, bare_url, *_prepare_classifier(base, admin_key, args.data), args.seconds
+                    )
+    report = {
+        "results": [
+            {k: r[k] for k in ("target", "concurrency", "rps", "p50_ms", "p99_ms", "errors")} for r in results
+        ],
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+        "seconds_per_point": args.seconds,
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for r in report["results"]:
+            print(
+                f"{r['target']:20s} c={r['concurrency']:3d} {r['rps']:9.1f} req/s  "
+                f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Per-tenant quotas: the defaults in Settings, the admin's overrides, and the checks that use them.
+
+=================  ===========================================  ===========================
+quota              counts                                       checked when
+=================  ===========================================  ===========================
+``classifiers``    the tenant's classifiers                     a classifier is created
+``training_jobs``  its jobs that are queued or training         a classifier is created
+``dataset_bytes``  bytes of its stored canonical CSVs           a dataset is stored (either
+``dataset_rows``   rows of its stored canonical CSVs            kind: upload or NLC create)
+``classify_rps``   classify calls per second (``service.ratelimit``)   every classify call
+=================  ===========================================  ===========================
+
+A check runs inside the transaction that adds the rows, after locking the tenant's row
+(``SELECT … FOR NO KEY UPDATE``), so on PostgreSQL two concurrent creates of one tenant are
+serialised and cannot both slip under a limit. SQLite has one writer at a time, but the read
+is not locked: concurrent creates there may overshoot by the number in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.errors import BadRequest, QuotaExceeded
+from service.models import Classifier, Dataset, JobState, Tenant, TenantQuota, TrainingJob
+from service.settings import Settings
+from service.tenancy import require_tenant
+
+_ACTIVE_JOBS = (JobState.QUEUED.value, JobState.TRAINING.value)
+_MAX_VALUE = dict.fromkeys(("classifiers", "training_jobs", "dataset_rows", "classify_rps"), 2**31 - 1)
+_MAX_VALUE["dataset_bytes"] = 2**53  # BIGINT column; still exact as a JSON number
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """The quotas in force for one tenant."""
+
+    classifiers: int
+    training_jobs: int
+    dataset_bytes: int
+    dataset_rows: int
+    classify_rps: int
+
+
+QUOTA_NAMES = tuple(f.name for f in fields(Quotas))
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a tenant holds now, in the units of its quotas."""
+
+    classifiers: int
+    training_jobs: int
+    dataset_bytes: int
+    dataset_rows: int
+
+
+def defaults(settings: Settings) -> Quotas:
+    """The installation's default quotas."""
+    return Quotas(**{name: getattr(settings, f"quota_{name}") for name in QUOTA_NAMES})
+
+
+def effective(settings: Settings, override: TenantQuota | None) -> Quotas:
+    """The defaults with a tenant's non-NULL overrides applied."""
+    base = asdict(defaults(settings))
+    if override is not None:
+        base.update({n: v for n in QUOTA_NAMES if (v := getattr(override, n)) is not None})
+    return Quotas(**base)
+
+
+def quotas_for(session: Session, settings: Settings, tenant_id: str) -> Quotas:
+    """The quotas in force for ``tenant_id``."""
+    return effective(settings, session.get(TenantQuota, tenant_id))
+
+
+def overrides_for(session: Session, tenant_id: str) -> dict[str, int | None]:
+    """The admin's overrides for ``tenant_id`` (None: the default applies)."""
+    row = session.get(TenantQuota, tenant_id)
+    return {name: getattr(row, name) if row else None for name in QUOTA_NAMES}
+
+
+def usage(session: Session, tenant_id: str) -> Usage:
+    """What the tenant holds now."""
+    classifiers = session.scalar(
+        select(func.count()).select_from(Classifier).where(Classifier.tenant_id == tenant_id)
+    )
+    jobs = session.scalar(
+        select(func.count())
+        .select_from(TrainingJob)
+        .where(TrainingJob.tenant_id == tenant_id, TrainingJob.state.in_(_ACTIVE_JOBS))
+    )
+    data_bytes, data_rows = session.execute(
+        select(
+            func.coalesce(func.sum(Dataset.size_bytes), 0), func.coalesce(func.sum(Dataset.rows), 0)
+        ).where(Dataset.tenant_id == tenant_id)
+    ).one()
+    return Usage(int(classifiers or 0), int(jobs or 0), int(data_bytes), int(data_rows))
+
+
+def set_overrides(
+    session: Session, settings: Settings, tenant_id: str, changes: dict[str, int | None], *, now: datetime
+) -> Quotas:
+    """Set (an int) or clear (None) some of a tenant's overrides; commits. NotFound, BadRequest."""
+    require_tenant(session, tenant_id)
+    for name, value in changes.items():
+        if name not in QUOTA_NAMES:
+            raise BadRequest(name, f"not a quota; the quotas are {', '.join(QUOTA_NAMES)}")
+        if value is not None and not 0 <= value <= _MAX_VALUE[name]:
+            raise BadRequest(
+                name, f"must be an integer from 0 to {_MAX_VALUE[name]}, or null for the default"
+            )
+    row = session.get(TenantQuota, tenant_id)
+    if row is None:
+        row = TenantQuota(tenant_id=tenant_id, updated_at=now)
+        session.add(row)
+    for name, value in changes.items():
+        setattr(row, name, value)
+    row.updated_at = now
+    session.commit()
+    return effective(settings, row)
+
+
+def check_can_create_classifier(
+    session: Session, settings: Settings, tenant_id: str, *, dataset_bytes: int = 0, dataset_rows: int = 0
+) -> None:
+    """Raise QuotaExceeded unless the tenant may add one classifier with one queued job (and, for
+    an NLC upload, a dataset of ``dataset_bytes`` and ``dataset_rows``). Locks the tenant's row
+    for the rest of the caller's transaction: call it in the transaction that adds the rows."""
+    quotas, held = _locked(session, settings, tenant_id)
+    _check("classifiers", quotas.classifiers, held.classifiers, 1)
+    _check("training_jobs", quotas.training_jobs, held.training_jobs, 1)
+    if dataset_bytes or dataset_rows:
+        _check_data(quotas, held, dataset_bytes, dataset_rows)
+
+
+def check_can_store_dataset(
+    session: Session, settings: Settings, tenant_id: str, *, size_bytes: int, rows: int
+) -> None:
+    """Raise QuotaExceeded unless the tenant may store a dataset of this size. Locks the tenant's
+    row for the rest of the caller's transaction."""
+    quotas, held = _locked(session, settings, tenant_id)
+    _check_data(quotas, held, size_bytes, rows)
+
+
+def _locked(session: Session, settings: Settings, tenant_id: str) -> tuple[Quotas, Usage]:
+    # FOR NO KEY UPDATE serialises quota checks of one tenant on PostgreSQL without blocking
+    # other inserts that merely reference the tenant (those take KEY SHARE); SQLite ignores it.
+    session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True))
+    return quotas_for(session, settings, tenant_id), usage(session, tenant_id)
+
+
+def _check_data(quotas: Quotas, held: Usage, size_bytes: int, rows: int) -> None:
+    _check("dataset_bytes", quotas.dataset_bytes, held.dataset_bytes, size_bytes)
+    _check("dataset_rows", quotas.dataset_rows, held.dataset_rows, rows)
+
+
+def _check(quota: str, limit: int, held: int, adding: int) -> None:
+    if held + adding > limit:
+        raise QuotaExceeded(quota, limit, held, adding)

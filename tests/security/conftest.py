@@ -1,0 +1,56 @@
+"""Fixtures for the security tests: two tenants, each with an Available classifier and a dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from service.store import ArtifactStore
+from tests.service.helpers import make_available, nlc_files, train_tiny_model
+
+LABELLED = "text,label\nhot today?,temperature\nraining?,conditions\ncold tonight?,temperature\n"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model trained once per session by the real trainer."""
+    return train_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@dataclass(frozen=True)
+class Estate:
+    """What a tenant owns, as its own replies named it."""
+
+    tenant: Any
+    classifier: dict[str, Any]  # the create reply of an Available classifier
+    dataset: dict[str, Any]  # the upload reply
+
+
+@pytest.fixture
+def estate_factory(
+    client: TestClient,
+    tenant_factory: Callable[..., Any],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> Callable[[], Estate]:
+    """``estate_factory()``: a new tenant with an Available classifier and an uploaded dataset."""
+
+    def build() -> Estate:
+        tenant = tenant_factory()
+        created = client.post("/v1/classifiers", files=nlc_files(), headers=tenant.headers)
+        assert created.status_code == 200, created.text
+        make_available(session, store, tenant.id, created.json()["classifier_id"], tiny_model)
+        dataset = client.post(
+            "/v1/datasets?name=mine", content=LABELLED, headers={**tenant.headers, "Content-Type": "text/csv"}
+        )
+        assert dataset.status_code == 201, dataset.text
+        return Estate(tenant, created.json(), dataset.json())
+
+    return build

@@ -1,0 +1,75 @@
+"""Plain helpers shared by the API and security tests (imported as ``tests.service.helpers``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service import jobs
+from service.models import TrainingJob, utcnow
+from service.store import ArtifactStore
+from trainer.data import LabelledData
+from trainer.engine import train
+from trainer.hparams import DEFAULT_HPARAMS
+
+NLC_CSV = (
+    "How hot is it today?,temperature\n"
+    "Is it hot outside?,temperature\n"
+    '"Will it be cold, tonight?",temperature\n'
+    "Is it raining?,conditions\n"
+    "Will it snow tomorrow?,conditions,temperature\n"
+)
+
+WEATHER = {
+    "temperature": [
+        "how hot is it",
+        "is it cold outside",
+        "what is the temperature",
+        "will it be warm",
+        "freezing today?",
+    ],
+    "conditions": ["is it raining", "will it snow", "is it sunny", "any storms coming", "is it cloudy"],
+}
+
+
+def nlc_files(csv: str | bytes = NLC_CSV, metadata: object | None = None) -> dict[str, Any]:
+    """The multipart body the ibm-watson SDK sends for create_classifier (parts without file names)."""
+    meta = json.dumps(metadata if metadata is not None else {"language": "en", "name": "weather"})
+    return {
+        "training_metadata": (None, meta, "application/json"),
+        "training_data": (None, csv, "text/csv"),
+    }
+
+
+def train_tiny_model(root: Path) -> Path:
+    """Train a model on a few weather questions with the real trainer (a second or two)."""
+    texts = [t for texts in WEATHER.values() for t in texts]
+    labels = [label for label, texts in WEATHER.items() for _ in texts]
+    hparams = dataclasses.replace(DEFAULT_HPARAMS, buckets=1 << 12, max_features=4096, min_updates=60)
+    result = train(
+        LabelledData(texts, labels), workdir=root / "work", out_dir=root / "model", hparams=hparams
+    )
+    return result.model_dir
+
+
+def make_available(
+    session: Session, store: ArtifactStore, tenant_id: str, classifier_id: str, model: Path
+) -> str:
+    """Take a just-created classifier through the job state machine to Available with ``model``."""
+    job_id = session.scalar(select(TrainingJob.id).where(TrainingJob.classifier_id == classifier_id))
+    assert job_id is not None
+    lease = jobs.claim_job(session, job_id, "test-worker", now=utcnow(), lease=timedelta(seconds=60))
+    assert lease is not None
+    model_dir = store.model_dir(tenant_id, classifier_id)
+    shutil.copytree(model, model_dir)
+    assert jobs.finish_job(
+        session, lease, model_dir=store.relative(model_dir), metrics={"accuracy": 1.0}, now=utcnow()
+    )
+    return classifier_id

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Wait (bounded: TAAS_WAIT_SECONDS, default 60) until the database and Redis named by the TAAS_*
-# settings answer, then run the container's command.
+# Wait (bounded: TAAS_WAIT_SECONDS, default 60) until what the TAAS_* settings name answers — the
+# database, Redis when TAAS_REDIS_URL is set, the artifact store (the folder is writable, or the
+# S3 bucket of TAAS_ARTIFACTS_URL is reachable) — then run the container's command.
 set -eu
 
 python - <<'PY'
@@ -11,6 +12,7 @@ import time
 import redis
 from sqlalchemy import create_engine, text
 
+from service.artifacts import open_backend
 from service.settings import get_settings
 
 settings = get_settings()
@@ -40,6 +42,7 @@ def database():
 wait("the database", database)
 if settings.redis_url:
     wait("Redis", lambda: redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2).ping())
+wait("the artifact store", lambda: open_backend(settings).check())
 PY
 
 exec "$@"

@@ -1,4 +1,5 @@
-"""Classifiers: create (rows, then the wake-up message), list, delete (cancel, rows, files)."""
+"""Classifiers: create (rows, then the wake-up message), list, delete (cancel, rows, files),
+cancel and resume their training, and read its timeline."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from service import jobs
 from service.datasets import StagedDataset, add_dataset, commit_files
-from service.errors import BadRequest, NotFound
-from service.models import Classifier, ClassifierStatus, Dataset, DatasetOrigin
+from service.errors import BadRequest, Conflict, NotFound
+from service.models import Classifier, ClassifierStatus, Dataset, DatasetOrigin, JobEvent
 from service.queue import enqueue_training
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -126,3 +127,32 @@ def delete_classifier(
     store.delete_classifier(classifier.tenant_id, classifier.id)
     if owned is not None:
         store.delete_file(store.resolve(owned.path))
+
+
+def cancel_training(session: Session, classifier: Classifier, *, now: datetime) -> None:
+    """Stop the classifier's training (its worker stops within a heartbeat) and keep the last
+    checkpoint for :func:`resume_training`. Conflict when it is not queued or training."""
+    if not jobs.cancel_job(session, classifier.id, now=now):
+        raise Conflict(f"classifier '{classifier.id}' is not training (status {classifier.status})")
+    session.refresh(classifier)
+
+
+def resume_training(session: Session, settings: Settings, classifier: Classifier, *, now: datetime) -> None:
+    """Queue a cancelled training again; the next worker continues from its last checkpoint.
+
+    Conflict when the classifier's training was not cancelled. If the wake-up message cannot
+    be sent, the job stays queued for the reconciler.
+    """
+    job_id = jobs.resume_job(session, classifier.id, now=now)
+    if job_id is None:
+        raise Conflict(f"classifier '{classifier.id}' has no cancelled training to resume")
+    session.refresh(classifier)
+    try:
+        enqueue_training(settings, job_id)
+    except Exception:
+        log.exception("could not enqueue job %s; it stays queued for the reconciler", job_id)
+
+
+def training_events(session: Session, classifier: Classifier) -> list[JobEvent]:
+    """The timeline of the classifier's training jobs, oldest first."""
+    return jobs.job_events(session, classifier.id)

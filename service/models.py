@@ -169,6 +169,13 @@ class TrainingJob(Base):
     progress: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     checkpoint_dir: Mapped[str] = mapped_column(String(512))
     error: Mapped[str | None] = mapped_column(Text, default=None)
+    # Reliability (revision 0002): failed attempts so far, the back-off before the next claim,
+    # when the wake-up message was last sent, and the fenced pointer to the newest checkpoint.
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    not_before: Mapped[datetime | None] = mapped_column(default=None)
+    enqueued_at: Mapped[datetime | None] = mapped_column(default=None)
+    checkpoint_path: Mapped[str | None] = mapped_column(String(512), default=None)
+    checkpoint_step: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -176,7 +183,9 @@ class TrainingJob(Base):
 
 
 class JobEvent(Base):
-    """An append-only record of a job transition: queued, claimed, done, failed, cancelled."""
+    """An append-only record of a job transition (the timeline): queued, claimed, resumed,
+    checkpoint, lease_lost, crashed, cancelled, done, failed. ``attempt`` is the claim it belongs
+    to, ``step`` the applied updates it refers to (a checkpoint's, the one resumed from)."""
 
     __tablename__ = "job_events"
 
@@ -187,6 +196,8 @@ class JobEvent(Base):
     worker_id: Mapped[str | None] = mapped_column(String(256), default=None)
     detail: Mapped[str | None] = mapped_column(Text, default=None)
     at: Mapped[datetime] = mapped_column(default=utcnow)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    step: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class TenantQuota(Base):

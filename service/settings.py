@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +35,19 @@ class Settings(BaseSettings):
         None, description="Administrator key; default: generated once into data_dir/admin.key."
     )
 
+    # --- artifacts on S3-compatible object storage (nodes without a shared file system) ---
+    artifacts_url: str | None = Field(
+        None,
+        description="s3://bucket/prefix: keep artifacts in S3-compatible storage; default: artifacts_dir.",
+    )
+    s3_endpoint_url: str | None = Field(
+        None, description="Endpoint of a non-AWS S3 server (MinIO, Ceph), e.g. http://minio:9000."
+    )
+    s3_region: str | None = Field(None, description="S3 region; default: boto3's (AWS_DEFAULT_REGION).")
+    s3_addressing_style: Literal["auto", "path", "virtual"] = Field(
+        "auto", description="S3 bucket addressing; most self-hosted servers want 'path'."
+    )
+
     # --- training-data rules (Watson NLC's) ---------------------------------------------
     max_upload_bytes: int = Field(32 * 1024 * 1024, gt=0, description="Largest request body for an upload.")
     max_training_rows: int = Field(20_000, gt=0, description="Most rows in one training set.")
@@ -46,9 +60,37 @@ class Settings(BaseSettings):
 
     # --- training ------------------------------------------------------------------------
     learners: int = Field(1, ge=1, description="Learner processes per training job (K).")
-    lease_seconds: int = Field(60, gt=0, description="How long a worker's claim on a job lasts unrenewed.")
+    lease_seconds: int = Field(
+        10, gt=0, description="How long a worker's claim on a job lasts unrenewed (the crash detector)."
+    )
     progress_every_seconds: float = Field(1.0, gt=0, description="How often a worker writes job progress.")
-    max_attempts: int = Field(3, ge=1, description="Claims a job gets before an expired lease fails it.")
+    max_attempts: int = Field(
+        3, ge=1, description="Failed attempts (crash, lost lease, error) after which a job is Failed."
+    )
+
+    # --- reliability: leases, the reconciler, retries ------------------------------------
+    heartbeat_seconds: float = Field(
+        2.0, gt=0, description="How often a training worker renews its lease (keep it under lease_seconds/3)."
+    )
+    reconcile_every_seconds: float = Field(
+        2.0, gt=0, description="How often the reconciler re-sends lost or expired jobs."
+    )
+    retry_backoff_seconds: float = Field(
+        1.0, ge=0, description="Delay before a failed job's first retry; doubled at each further failure."
+    )
+    retry_backoff_max_seconds: float = Field(60.0, ge=0, description="Longest delay before a retry.")
+    requeue_grace_seconds: float = Field(
+        10.0, ge=0, description="A queued job whose message is absent from Redis this long is re-sent."
+    )
+    temp_max_age_seconds: float = Field(
+        3600.0, gt=0, description="Staging files (half-received uploads) older than this are swept."
+    )
+    checkpoint_every_updates: int | None = Field(
+        None, gt=0, description="Operator override of the trainer's checkpoint cadence in updates."
+    )
+    checkpoint_every_seconds: float | None = Field(
+        None, gt=0, description="Operator override of the trainer's checkpoint cadence in seconds."
+    )
 
     # --- serving -------------------------------------------------------------------------
     model_cache_bytes: int = Field(512 * 1024 * 1024, gt=0, description="Memory budget of the model LRU.")

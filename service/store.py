@@ -6,6 +6,11 @@ Layout (paths in the database are relative to the root, POSIX style)::
     tenants/<tenant_id>/classifiers/<classifier_id>/checkpoints/
     tenants/<tenant_id>/classifiers/<classifier_id>/model/
     tmp/                                staging: files are validated here, then moved in
+
+Besides these path methods, the store has the key-based interface that every artifact backend
+shares (:class:`service.artifacts.ArtifactBackend`: ``put_bytes``, ``upload``, ``download``,
+``list_keys``, ``upload_tree`` ...), so code written against keys runs unchanged on the
+S3-compatible backend (:mod:`service.artifacts.s3`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import shutil
 import uuid
 from pathlib import Path, PurePosixPath
 
+from service.artifacts.base import TreeOps, _is_staging, check_key, check_prefix
 
-class ArtifactStore:
+
+class ArtifactStore(TreeOps):
     """Tenant-scoped file layout with atomic puts; the root may be a local dir or a shared volume."""
 
     def __init__(self, root: Path) -> None:
@@ -85,6 +92,86 @@ class ArtifactStore:
         """Remove a classifier's checkpoints and model, if any."""
         shutil.rmtree(self.classifier_dir(tenant_id, classifier_id), ignore_errors=True)
 
+    # --- the key-based backend interface (service.artifacts.ArtifactBackend) ---------------
+    def describe(self) -> str:
+        """Where the artifacts live: ``file://<root>``."""
+        return self.root.as_uri()
+
+    def check(self) -> None:
+        """Raise OSError unless the root exists (it is created) and is writable."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        probe = self.temp_path(".probe")
+        probe.write_bytes(b"")
+        probe.unlink()
+
+    def exists(self, key: str) -> bool:
+        """Whether a file is stored under ``key``."""
+        return self._keypath(key).is_file()
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` atomically (temp file, fsync, rename)."""
+        dest = self._keypath(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staged = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(staged, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(staged, dest)
+        finally:
+            staged.unlink(missing_ok=True)
+
+    def get_bytes(self, key: str) -> bytes:
+        """The file under ``key``; FileNotFoundError when there is none."""
+        return self._keypath(key).read_bytes()
+
+    def upload(self, source: Path, key: str) -> None:
+        """Copy the local file ``source`` to ``key`` atomically; ``source`` is kept."""
+        dest = self._keypath(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _copy_atomically(source, dest)
+
+    def download(self, key: str, dest: Path) -> None:
+        """Copy ``key`` to the local file ``dest`` atomically; FileNotFoundError when absent."""
+        source = self._keypath(key)
+        if not source.is_file():
+            raise FileNotFoundError(f"no artifact {key!r} in {self.describe()}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _copy_atomically(source, dest)
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        """Every key under the folder ``prefix``, sorted (staging files are never listed)."""
+        prefix = check_prefix(prefix)
+        folder = self._keypath(prefix) if prefix else self.root
+        if not folder.is_dir():
+            return []
+        keys = []
+        for path in folder.rglob("*"):
+            if path.is_file() and not _is_staging(path.name):
+                key = path.relative_to(self.root).as_posix()
+                if prefix or not key.startswith("tmp/"):
+                    keys.append(key)
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        """Remove the file under ``key`` if present."""
+        self._keypath(key).unlink(missing_ok=True)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove the folder ``prefix`` and everything in it; returns how many files went."""
+        keys = self.list_keys(prefix)
+        folder = self._keypath(check_prefix(prefix)) if prefix.strip("/") else None
+        if folder is None:
+            for key in keys:
+                self.delete(key)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        return len(keys)
+
+    def _keypath(self, key: str) -> Path:
+        return self.resolve(check_key(key))
+
     def _tenant(self, tenant_id: str) -> Path:
         return self.root / "tenants" / _safe(tenant_id)
 
@@ -93,3 +180,15 @@ def _safe(ident: str) -> str:
     if not ident or "/" in ident or "\\" in ident or ident in {".", ".."}:
         raise ValueError(f"not a valid identifier: {ident!r}")
     return ident
+
+
+def _copy_atomically(source: Path, dest: Path) -> None:
+    staged = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(source, "rb") as src, open(staged, "wb") as out:
+            shutil.copyfileobj(src, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(staged, dest)
+    finally:
+        staged.unlink(missing_ok=True)

@@ -1,44 +1,67 @@
 """One training job, start to finish, as a plain function a Celery task (or a test) calls.
 
-claim the job's lease → read its dataset → train (resuming from the job's checkpoints) into a
-staging folder → move the model to this claim's own folder → finish the job, which points the
-classifier at that folder. Every write to the job row carries
-the lease's epoch: once one is refused (the lease expired and another worker took the job, or the
-tenant deleted it), ``should_stop`` turns true and the trainer stops at its next check.
+claim the job's lease → start the LeaseKeeper heartbeat → read its dataset → train in this
+claim's own checkpoint folder, seeded from the job's last recorded checkpoint (resume) → move
+the model to this claim's own folder → finish the job, which points the classifier at it.
+
+Every write to the job row carries the lease's epoch, the checkpoint pointer included: each
+claim trains in ``<checkpoints>/epoch-<E>/`` and records its checkpoints there, so a worker
+that lost its lease (the reconciler requeued the job, another worker took it, the tenant
+cancelled or deleted it) can neither move the pointer nor overwrite what the next claim
+resumes from. Once a write is refused, or the heartbeat fails for a whole lease period,
+``should_stop`` turns true and the trainer checkpoints and stops at its next update.
+
+Failures are sorted by cause: invalid training data fails the job at once (a retry cannot
+cure it); any other error (an I/O error such as a full disk, a trainer error, a bug) is a
+failed attempt — the job is requeued with a back-off and is Failed after ``max_attempts``;
+database errors propagate (the lease then expires and the reconciler requeues the job).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import make_engine, session_factory
 from service.jobs import (
+    BackOff,
     JobContext,
     JobLease,
     claim_job,
     fail_job,
     finish_job,
     job_context,
+    record_checkpoint,
     record_progress,
-    renew_lease,
+    record_resumed,
+    release_job,
+    retry_job,
 )
 from service.settings import Settings
 from service.store import ArtifactStore
+from trainer.checkpoint import list_checkpoints
 from trainer.data import read_labelled_csv
 from trainer.engine import Progress, train
 from trainer.errors import InvalidTrainingData, NonFiniteLoss, TrainerError, TrainingStopped
+from trainer.hparams import DEFAULT_HPARAMS, HParams
+from workers.lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
 
 GENERIC_FAILURE = "Training failed because of an internal error; the operators have the details."
+IO_FAILURE = (
+    "Training could not read or write its files (for example a full or read-only disk); "
+    "the operators have the details."
+)
 
 
 class JobInterrupted(Exception):
@@ -55,18 +78,26 @@ def run_training_job(
 ) -> None:
     """Train job ``job_id`` as ``worker_id``; return quietly if the job cannot be claimed.
 
-    A job that is gone, finished, cancelled or leased by a live worker is left alone. Trainer
-    errors (bad data, divergence) fail the job with a reason the tenant can read; any other
-    error fails it with a generic reason and logs the traceback. ``stop_requested`` is polled
-    while training: when it turns true the trainer checkpoints, the lease is released and
-    :class:`JobInterrupted` is raised. Database errors propagate (the job's lease then expires
-    and the job is resumed elsewhere).
+    A job that is gone, finished, cancelled, backing off or leased by a live worker is left
+    alone. ``stop_requested`` is polled while training: when it turns true the trainer
+    checkpoints, the job is released and :class:`JobInterrupted` is raised. Database errors
+    propagate (the job's lease then expires and the reconciler requeues it).
     """
     engine = make_engine(settings)
     try:
         _JobRun(job_id, settings, worker_id, session_factory(engine), stop_requested).run()
     finally:
         engine.dispose()
+
+
+def operator_hparams(settings: Settings) -> HParams:
+    """The installation's HParams with the operator's checkpoint-cadence overrides applied."""
+    overrides: dict[str, object] = {}
+    if settings.checkpoint_every_updates is not None:
+        overrides["checkpoint_every_updates"] = settings.checkpoint_every_updates
+    if settings.checkpoint_every_seconds is not None:
+        overrides["checkpoint_every_seconds"] = settings.checkpoint_every_seconds
+    return dataclasses.replace(DEFAULT_HPARAMS, **overrides)  # type: ignore[arg-type]
 
 
 class _JobRun:
@@ -84,47 +115,63 @@ class _JobRun:
         self.sessions = sessions
         self.stop_requested = stop_requested
         self.store = ArtifactStore(settings.resolved_artifacts_dir())
-        self.lease_duration = timedelta(seconds=settings.lease_seconds)
-        self.lease: JobLease | None = None
-        self.lease_lost = False
-        self._last_renewal = 0.0
+        self.keeper: LeaseKeeper | None = None
+        self.checkpoints: _CheckpointWatcher | None = None
+        self.resumed_from: int | None = None
         self._last_progress = 0.0
         self._last_phase = ""
 
     def run(self) -> None:
         with self.sessions() as session:
-            self.lease = claim_job(
-                session, self.job_id, self.worker_id, now=_now(), lease=self.lease_duration
+            lease = claim_job(
+                session,
+                self.job_id,
+                self.worker_id,
+                now=_now(),
+                lease=timedelta(seconds=self.settings.lease_seconds),
             )
-        if self.lease is None:
-            log.info("job %s: not claimable (gone, done or leased elsewhere)", self.job_id)
+        if lease is None:
+            log.info("job %s: not claimable (gone, done, backing off or leased elsewhere)", self.job_id)
             return
-        self._last_renewal = time.monotonic()
-        log.info("job %s: claimed by %s at epoch %d", self.job_id, self.worker_id, self.lease.epoch)
+        log.info("job %s: claimed by %s at epoch %d", self.job_id, self.worker_id, lease.epoch)
         with self.sessions() as session:
             context = job_context(session, self.job_id)
         if context is None:
             log.info("job %s: deleted after it was claimed", self.job_id)
             return
         if context.dataset_path is None:
-            self._fail(self.lease, "The classifier's training data was deleted before training finished.")
+            self._fail(lease, "The classifier's training data was deleted before training finished.")
             return
-        try:
-            self._train_and_finish(self.lease, context.dataset_path, context)
-        except TrainingStopped:
-            self._stopped(self.lease)
-        except TrainerError as error:
-            log.info("job %s: failed: %s", self.job_id, error)
-            self._fail(self.lease, _tenant_reason(error))
-        except SQLAlchemyError:
-            raise
-        except Exception:
-            log.exception("job %s: unexpected error", self.job_id)
-            self._fail(self.lease, GENERIC_FAILURE)
+        keeper = LeaseKeeper(
+            lease,
+            self.sessions,
+            lease_seconds=self.settings.lease_seconds,
+            heartbeat_seconds=self.settings.heartbeat_seconds,
+        )
+        self.keeper = keeper
+        with keeper:
+            try:
+                self._train_and_finish(lease, context.dataset_path, context)
+            except TrainingStopped as stopped:
+                self._stopped(lease, context, stopped)
+            except InvalidTrainingData as error:
+                log.info("job %s: invalid training data: %s", self.job_id, error)
+                self._fail(lease, _tenant_reason(error))
+            except SQLAlchemyError:
+                raise
+            except (TrainerError, OSError) as error:
+                log.warning("job %s: attempt %d failed: %r", self.job_id, lease.attempt, error)
+                self._retry(lease, IO_FAILURE if isinstance(error, OSError) else _tenant_reason(error))
+            except Exception:
+                log.exception("job %s: unexpected error in attempt %d", self.job_id, lease.attempt)
+                self._retry(lease, GENERIC_FAILURE)
 
     def _train_and_finish(self, lease: JobLease, dataset_path: str, context: JobContext) -> None:
         data = read_labelled_csv(self.store.resolve(dataset_path))
         checkpoints = self.store.resolve(context.checkpoint_dir)
+        workdir = checkpoints / f"epoch-{lease.epoch}"
+        self.resumed_from = _seed_workdir(self.store, context, workdir)
+        self.checkpoints = _CheckpointWatcher(workdir, lease, self, self.resumed_from)
         # Each claim writes its own model folder, and only the fenced finish_job decides which
         # one the classifier points at: a worker that lost its lease overwrites nothing.
         models = self.store.model_dir(context.tenant_id, context.classifier_id)
@@ -133,8 +180,9 @@ class _JobRun:
         try:
             result = train(
                 data,
-                workdir=checkpoints,
+                workdir=workdir,
                 out_dir=staging,
+                hparams=operator_hparams(self.settings),
                 learners=self.settings.learners,
                 on_progress=self._on_progress,
                 should_stop=self._should_stop,
@@ -146,67 +194,158 @@ class _JobRun:
             shutil.rmtree(staging, ignore_errors=True)
         with self.sessions() as session:
             finished = finish_job(
-                session, lease, model_dir=self.store.relative(model_dir), metrics=result.metrics, now=_now()
+                session,
+                lease,
+                model_dir=self.store.relative(model_dir),
+                metrics=result.metrics,
+                now=_now(),
+                applied_updates=result.applied_updates,
             )
         if not finished:
             log.warning("job %s: lease lost before the model could be recorded", self.job_id)
             shutil.rmtree(model_dir, ignore_errors=True)
+            self._clean_if_deleted(context)
             return
         shutil.rmtree(checkpoints, ignore_errors=True)
         for stale in models.iterdir():
             if stale != model_dir:
                 shutil.rmtree(stale, ignore_errors=True)
         log.info(
-            "job %s: done in %.1fs, accuracy %s",
+            "job %s: done in %.1fs after %d updates, accuracy %s",
             self.job_id,
             result.train_seconds,
+            result.applied_updates,
             result.metrics.get("accuracy"),
         )
 
     def _on_progress(self, progress: Progress) -> None:
         clock = time.monotonic()
         phase_changed = progress.phase != self._last_phase
+        if phase_changed and progress.phase == "training" and self.resumed_from is not None:
+            self._record_resumed(self.resumed_from)
         if not phase_changed and clock - self._last_progress < self.settings.progress_every_seconds:
-            self._heartbeat()
             return
         self._last_phase, self._last_progress = progress.phase, clock
-        assert self.lease is not None
+        self._write_progress(progress)
+
+    def _write_progress(self, progress: Progress) -> None:
+        assert self.keeper is not None
         with self.sessions() as session:
-            if not record_progress(session, self.lease, progress.as_dict(), now=_now()):
-                log.warning("job %s: progress refused, lease lost", self.job_id)
-                self.lease_lost = True
-        self._heartbeat()
+            if not record_progress(session, self.keeper.lease, progress.as_dict(), now=_now()):
+                self.keeper.mark_lost("progress write refused")
+
+    def _record_resumed(self, step: int) -> None:
+        assert self.keeper is not None
+        with self.sessions() as session:
+            if not record_resumed(session, self.keeper.lease, step=step, now=_now()):
+                self.keeper.mark_lost("resume record refused")
+        log.info("job %s: resumed from the checkpoint at update %d", self.job_id, step)
 
     def _should_stop(self) -> bool:
-        self._heartbeat()
-        return self.lease_lost or self.stop_requested()
+        assert self.keeper is not None and self.checkpoints is not None
+        self.checkpoints.poll()
+        return self.keeper.lost or self.stop_requested()
 
-    def _heartbeat(self) -> None:
-        """Renew the lease a few times per lease period; a refused renewal means it is lost."""
-        clock = time.monotonic()
-        if self.lease_lost or clock - self._last_renewal < self.settings.lease_seconds / 4:
+    def _stopped(self, lease: JobLease, context: JobContext, stopped: TrainingStopped) -> None:
+        assert self.keeper is not None
+        if stopped.checkpoint is not None:
+            # Recorded even after a tenant's cancel (resume continues from it); refused otherwise.
+            self._record_checkpoint(lease, Path(stopped.checkpoint), stopped.applied_updates)
+        if self.keeper.lost:
+            log.info("job %s: stopped: %s", self.job_id, self.keeper.reason)
+            self._clean_if_deleted(context)
             return
-        self._last_renewal = clock
-        assert self.lease is not None
+        # Shutting down: give the job back so the next worker claims it at once and resumes
+        # from the checkpoint just written.
         with self.sessions() as session:
-            if not renew_lease(session, self.lease, now=_now(), duration=self.lease_duration):
-                log.warning("job %s: lease lost (expired, taken over or cancelled)", self.job_id)
-                self.lease_lost = True
-
-    def _stopped(self, lease: JobLease) -> None:
-        if self.lease_lost:
-            log.info("job %s: stopped, lease lost", self.job_id)
-            return
-        # Shutting down: release the lease (expire it now) so the next worker claims the job at
-        # once and resumes from the checkpoint just written.
-        with self.sessions() as session:
-            renew_lease(session, lease, now=_now(), duration=timedelta(0))
+            release_job(session, lease, now=_now())
         raise JobInterrupted(f"job {self.job_id} interrupted by worker shutdown; checkpoint kept")
+
+    def _record_checkpoint(self, lease: JobLease, path: Path, step: int) -> bool:
+        with self.sessions() as session:
+            return record_checkpoint(session, lease, path=self.store.relative(path), step=step, now=_now())
+
+    def _clean_if_deleted(self, context: JobContext) -> None:
+        """A classifier deleted while training: remove what this worker wrote after the API
+        removed its files (a last checkpoint)."""
+        with self.sessions() as session:
+            if job_context(session, self.job_id) is None:
+                self.store.delete_classifier(context.tenant_id, context.classifier_id)
 
     def _fail(self, lease: JobLease, reason: str) -> None:
         with self.sessions() as session:
             if not fail_job(session, lease, reason=reason, now=_now()):
                 log.info("job %s: failure not recorded, lease lost", self.job_id)
+
+    def _retry(self, lease: JobLease, reason: str) -> None:
+        backoff = BackOff(self.settings.retry_backoff_seconds, self.settings.retry_backoff_max_seconds)
+        with self.sessions() as session:
+            outcome = retry_job(
+                session,
+                lease,
+                reason=reason,
+                max_attempts=self.settings.max_attempts,
+                backoff=backoff,
+                now=_now(),
+            )
+        log.info("job %s: failed attempt recorded: %s", self.job_id, outcome or "lease already lost")
+
+
+class _CheckpointWatcher:
+    """Records each new checkpoint the trainer writes as the job's fenced checkpoint pointer.
+
+    Polled from ``should_stop`` after every update: one ``stat`` of the folder, and a listing
+    only when its mtime changed (the trainer renames a new file in) or a second has passed, so
+    the pointer moves within one update of the file appearing.
+    """
+
+    def __init__(self, workdir: Path, lease: JobLease, run: _JobRun, seeded: int | None) -> None:
+        self.workdir = workdir
+        self.lease = lease
+        self.run = run
+        self.recorded = -1 if seeded is None else seeded
+        self._mtime = 0
+        self._scanned = 0.0
+
+    def poll(self) -> None:
+        try:
+            mtime = os.stat(self.workdir).st_mtime_ns
+        except FileNotFoundError:
+            return
+        clock = time.monotonic()
+        if mtime == self._mtime and clock - self._scanned < 1.0:
+            return
+        self._mtime, self._scanned = mtime, clock
+        found = list_checkpoints(self.workdir)
+        if not found or found[0][0] <= self.recorded:
+            return
+        version, path = found[0]
+        self.recorded = version
+        if not self.run._record_checkpoint(self.lease, path, version):
+            assert self.run.keeper is not None
+            self.run.keeper.mark_lost("checkpoint pointer refused")
+
+
+def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> int | None:
+    """Put the job's recorded checkpoint into this claim's fresh ``workdir``; returns its step.
+
+    A hard link (the trainer never rewrites a file in place, it writes a new one and renames),
+    or a copy across file systems. None when there is nothing to resume from.
+    """
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if context.checkpoint_path is None:
+        return None
+    source = store.resolve(context.checkpoint_path)
+    target = workdir / source.name
+    try:
+        os.link(source, target)
+    except FileNotFoundError:
+        log.warning("job %s: recorded checkpoint %s is missing; starting over", context.job_id, source)
+        return None
+    except OSError:
+        shutil.copyfile(source, target)
+    return context.checkpoint_step
 
 
 def _tenant_reason(error: TrainerError) -> str:
@@ -214,7 +353,7 @@ def _tenant_reason(error: TrainerError) -> str:
         return f"Invalid training data: {error}"
     if isinstance(error, NonFiniteLoss):
         return "Training diverged (the loss became infinite or NaN); check the training data."
-    return f"Training failed: {error}"
+    return GENERIC_FAILURE  # checkpoint and engine errors name server paths: keep them in the log
 
 
 def _now() -> datetime:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.models import ApiKey, Classifier, ClassifierStatus, Dataset, Tenant, TrainingJob
+from service.models import ApiKey, Classifier, ClassifierStatus, Dataset, JobEvent, Tenant, TrainingJob
 from service.serving import Scores
 
 PROGRESS_FIELDS = (
@@ -95,7 +95,46 @@ def _progress(job: TrainingJob | None) -> dict[str, Any] | None:
     progress["phase"] = reported.get("phase") or job.state
     progress["state"] = job.state
     progress["attempts"] = job.attempts
+    progress["failures"] = job.failures
     return progress
+
+
+# --- training timeline (extension) -------------------------------------------------------
+
+
+class TrainingEvent(BaseModel):
+    """One transition of a training job: queued, claimed, resumed, checkpoint, lease_lost,
+    crashed, cancelled, done, failed."""
+
+    job_id: str
+    event: str
+    at: str
+    worker: str | None
+    attempt: int
+    epoch: int
+    step: int | None
+    detail: str | None
+
+    @classmethod
+    def build(cls, e: JobEvent) -> TrainingEvent:
+        """The view of ``e``."""
+        return cls(
+            job_id=e.job_id,
+            event=e.kind,
+            at=timestamp(e.at),
+            worker=e.worker_id,
+            attempt=e.attempt,
+            epoch=e.epoch,
+            step=e.step,
+            detail=e.detail,
+        )
+
+
+class TrainingEvents(BaseModel):
+    """``GET /v1/classifiers/{id}/events``: the timeline, oldest first."""
+
+    classifier_id: str
+    events: list[TrainingEvent]
 
 
 # --- classify --------------------------------------------------------------------------

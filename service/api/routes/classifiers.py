@@ -1,4 +1,4 @@
-"""NLC v1 classifiers: create, list, get, delete."""
+"""NLC v1 classifiers: create, list, get, delete; cancel, resume and the training timeline (extensions)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from starlette.concurrency import run_in_threadpool
 from service import classifiers, jobs
 from service.api import intake
 from service.api.deps import ClassifierDep, ModelCacheDep, SessionDep, SettingsDep, StoreDep, TenantDep
-from service.api.schemas import ClassifierInfo, ClassifierList, ClassifierSummary, CreateFromDataset
+from service.api.schemas import (
+    ClassifierInfo,
+    ClassifierList,
+    ClassifierSummary,
+    CreateFromDataset,
+    TrainingEvent,
+    TrainingEvents,
+)
 from service.api.uploads import is_json, read_json, read_upload
 from service.models import utcnow
 
@@ -60,3 +67,26 @@ def delete_classifier(
     classifiers.delete_classifier(session, store, classifier, now=utcnow())
     models.evict(classifier.id)
     return {}
+
+
+@router.post("/{classifier_id}/cancel", response_model=ClassifierInfo)
+def cancel_training(request: Request, classifier: ClassifierDep, session: SessionDep) -> ClassifierInfo:
+    """Stop the training within seconds and keep its last checkpoint (extension); 409 if not training."""
+    classifiers.cancel_training(session, classifier, now=utcnow())
+    return ClassifierInfo.build_info(classifier, jobs.latest_job(session, classifier.id), base_url(request))
+
+
+@router.post("/{classifier_id}/resume", response_model=ClassifierInfo)
+def resume_training(
+    request: Request, classifier: ClassifierDep, session: SessionDep, settings: SettingsDep
+) -> ClassifierInfo:
+    """Continue a cancelled training from its last checkpoint (extension); 409 if not cancelled."""
+    classifiers.resume_training(session, settings, classifier, now=utcnow())
+    return ClassifierInfo.build_info(classifier, jobs.latest_job(session, classifier.id), base_url(request))
+
+
+@router.get("/{classifier_id}/events", response_model=TrainingEvents)
+def training_events(classifier: ClassifierDep, session: SessionDep) -> TrainingEvents:
+    """Every transition of the classifier's training, with time, worker and attempt (extension)."""
+    found = classifiers.training_events(session, classifier)
+    return TrainingEvents(classifier_id=classifier.id, events=[TrainingEvent.build(e) for e in found])

@@ -1,12 +1,11 @@
 """per-tenant quota overrides: tenant_quotas (a NULL column means the installation default)
 
-Revision ID: 0003
+Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-24
 
-A table of its own (not columns on ``tenants``) so that it stacks on any revision without
-touching another revision's tables. Re-point ``down_revision`` at the newest revision if
-another one lands first.
+A table of its own (not columns on ``tenants``): an override row exists only for a tenant
+whose quotas an administrator changed.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0003"
+revision: str = "0002"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

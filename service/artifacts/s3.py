@@ -1,0 +1,147 @@
+"""An artifact store on S3-compatible object storage (AWS S3, MinIO, Ceph RGW, ...), via boto3.
+
+For worker nodes without a shared file system. Objects live under ``s3://<bucket>/<prefix>/`` +
+the store key. Credentials come the standard AWS ways (``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, an instance role); the endpoint
+of a non-AWS server is ``TAAS_S3_ENDPOINT_URL``. boto3 is the ``s3`` extra of the distribution
+(the images install it); it is imported when a store is built, not before.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from service.artifacts.base import TreeOps, check_key, check_prefix
+
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")``; raises ValueError."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment:
+        raise ValueError(f"not an s3://bucket[/prefix] URL: {url!r}")
+    return parts.netloc, check_prefix(parts.path.strip("/"))
+
+
+class S3ArtifactStore(TreeOps):
+    """The :class:`~service.artifacts.base.ArtifactBackend` on one bucket and key prefix."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        addressing_style: str = "auto",
+        client: Any = None,
+    ) -> None:
+        self.bucket, self.prefix = parse_s3_url(url)
+        self.url = url
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint_url,
+                region_name=region,
+                config=Config(
+                    s3={"addressing_style": addressing_style},
+                    retries={"max_attempts": 5, "mode": "standard"},
+                    connect_timeout=5,
+                    read_timeout=60,
+                ),
+            )
+        self.client = client
+
+    # --- the backend interface ------------------------------------------------------------
+    def describe(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def check(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception as error:  # botocore's errors are not OSErrors; callers expect one
+            raise OSError(f"artifact bucket {self.describe()} is not reachable: {error}") from error
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as error:
+            if _is_not_found(error):
+                return False
+            raise
+        return True
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as error:
+            if _is_not_found(error):
+                raise FileNotFoundError(f"no artifact {key!r} in {self.describe()}") from error
+            raise
+        return reply["Body"].read()
+
+    def upload(self, source: Path, key: str) -> None:
+        # upload_file switches to a multipart upload for big files; S3 makes the object visible
+        # only when the upload completes, so readers never see a part.
+        self.client.upload_file(str(source), self.bucket, self._key(key))
+
+    def download(self, key: str, dest: Path) -> None:
+        full = self._key(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staged = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            try:
+                self.client.download_file(self.bucket, full, str(staged))
+            except Exception as error:
+                if _is_not_found(error):
+                    raise FileNotFoundError(f"no artifact {key!r} in {self.describe()}") from error
+                raise
+            with open(staged, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(staged, dest)
+        finally:
+            staged.unlink(missing_ok=True)
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        folder = self._folder(check_prefix(prefix))
+        keys: list[str] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder):
+            keys.extend(item["Key"][len(self._folder("")) :] for item in page.get("Contents", ()))
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = self.list_keys(prefix)
+        for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
+            batch = [{"Key": self._key(key)} for key in keys[start : start + 1000]]
+            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+        return len(keys)
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _key(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _folder(self, prefix: str) -> str:
+        """The object-name prefix of a store folder, ending in ``/`` (``""`` at the bucket root)."""
+        full = "/".join(part for part in (self.prefix, prefix) if part)
+        return f"{full}/" if full else ""
+
+
+def _is_not_found(error: Exception) -> bool:
+    response = getattr(error, "response", None)
+    if not isinstance(response, dict):
+        return False
+    return str(response.get("Error", {}).get("Code")) in _NOT_FOUND

@@ -1,0 +1,190 @@
+"""One set of storage tests, run against every artifact backend: the local folder
+(``service.store.ArtifactStore``) and S3-compatible object storage
+(``service.artifacts.s3.S3ArtifactStore``) on a real S3 server (moto, a subprocess)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from service.artifacts import ArtifactBackend, layout, open_backend
+from service.artifacts.s3 import S3ArtifactStore, parse_s3_url
+from service.settings import Settings
+from service.store import ArtifactStore
+
+
+@pytest.fixture(params=["local", "s3"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactBackend:
+    """A fresh, empty store on each backend in turn."""
+    if request.param == "local":
+        return ArtifactStore(tmp_path / "artifacts")
+    endpoint = request.getfixturevalue("s3_endpoint")
+    bucket = request.getfixturevalue("s3_bucket")
+    settings = Settings(
+        data_dir=tmp_path / "var",
+        artifacts_url=f"s3://{bucket}/taas-{uuid.uuid4().hex[:6]}",
+        s3_endpoint_url=endpoint,
+        s3_addressing_style="path",
+    )
+    store = open_backend(settings)  # the production path: settings + standard AWS env credentials
+    assert isinstance(store, S3ArtifactStore)
+    return store
+
+
+def test_both_backends_satisfy_the_interface(backend: ArtifactBackend) -> None:
+    assert isinstance(backend, ArtifactBackend)
+    backend.check()
+    assert backend.describe().startswith(("file://", "s3://"))
+
+
+def test_put_get_overwrite(backend: ArtifactBackend) -> None:
+    key = layout.dataset_key("t1", "d1")
+    assert not backend.exists(key)
+    backend.put_bytes(key, b"text,label\nhello,greet\n")
+    assert backend.exists(key)
+    assert backend.get_bytes(key) == b"text,label\nhello,greet\n"
+    backend.put_bytes(key, b"")
+    assert backend.get_bytes(key) == b""
+
+
+def test_upload_keeps_source_and_download_is_whole(backend: ArtifactBackend, tmp_path: Path) -> None:
+    source = tmp_path / "model.pt"
+    data = os.urandom(300_000)
+    source.write_bytes(data)
+    backend.upload(source, "tenants/t1/classifiers/c1/model/model.pt")
+    assert source.read_bytes() == data
+    dest = tmp_path / "node" / "cache" / "model.pt"  # parents are created
+    backend.download("tenants/t1/classifiers/c1/model/model.pt", dest)
+    assert dest.read_bytes() == data
+    assert [p.name for p in dest.parent.iterdir()] == ["model.pt"]  # no staging file left behind
+
+
+def test_big_file_round_trip(backend: ArtifactBackend, tmp_path: Path) -> None:
+    """Above boto3's 8 MiB multipart threshold: a multipart upload, completed atomically."""
+    source = tmp_path / "big.bin"
+    data = os.urandom(9 * 1024 * 1024)
+    source.write_bytes(data)
+    backend.upload(source, "big/big.bin")
+    backend.download("big/big.bin", tmp_path / "back.bin")
+    assert (tmp_path / "back.bin").read_bytes() == data
+
+
+def test_missing_objects(backend: ArtifactBackend, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        backend.get_bytes("nope/missing.csv")
+    with pytest.raises(FileNotFoundError):
+        backend.download("nope/missing.csv", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    backend.delete("nope/missing.csv")  # idempotent
+    assert backend.list_keys("nope") == []
+    assert backend.delete_prefix("nope") == 0
+
+
+def test_list_is_recursive_sorted_and_folder_bounded(backend: ArtifactBackend) -> None:
+    for key in ["a/b/2", "a/b/1", "a/b/c/3", "a/bc/4", "a/x"]:
+        backend.put_bytes(key, key.encode())
+    assert backend.list_keys("a/b") == ["a/b/1", "a/b/2", "a/b/c/3"]
+    assert backend.list_keys("a/b/") == ["a/b/1", "a/b/2", "a/b/c/3"]
+    assert backend.list_keys("a") == ["a/b/1", "a/b/2", "a/b/c/3", "a/bc/4", "a/x"]
+    assert backend.list_keys("") == ["a/b/1", "a/b/2", "a/b/c/3", "a/bc/4", "a/x"]
+    assert backend.list_keys("a/b/1") == []  # a key is not a folder
+
+
+def test_delete_and_delete_prefix(backend: ArtifactBackend) -> None:
+    prefix = layout.classifier_prefix("t1", "c1")
+    for name in ["checkpoints/ckpt-1", "checkpoints/ckpt-2", "model/model.pt"]:
+        backend.put_bytes(f"{prefix}/{name}", b"x")
+    backend.put_bytes(layout.classifier_prefix("t1", "c10") + "/model/model.pt", b"sibling")
+    backend.delete(f"{prefix}/checkpoints/ckpt-1")
+    assert backend.list_keys(prefix) == [f"{prefix}/checkpoints/ckpt-2", f"{prefix}/model/model.pt"]
+    assert backend.delete_prefix(prefix) == 2
+    assert backend.list_keys(prefix) == []
+    assert backend.get_bytes(layout.classifier_prefix("t1", "c10") + "/model/model.pt") == b"sibling"
+
+
+def test_tree_sync_for_node_local_working_copies(backend: ArtifactBackend, tmp_path: Path) -> None:
+    """What a worker node without the shared volume does: train into a local folder, push it up
+    (mirroring, so dropped checkpoints go), and what the API does on a cache miss: pull it down."""
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "ckpt-1").write_bytes(b"one")
+    (work / "sub" / "meta.json").write_bytes(b"{}")
+    (work / ".ckpt-2.abc.tmp").write_bytes(b"half-written")  # never synced
+    prefix = layout.checkpoint_prefix("t1", "c1")
+    assert backend.upload_tree(work, prefix) == 2
+    assert backend.list_keys(prefix) == [f"{prefix}/ckpt-1", f"{prefix}/sub/meta.json"]
+
+    (work / "ckpt-1").unlink()
+    (work / "ckpt-2").write_bytes(b"two")
+    assert backend.upload_tree(work, prefix, mirror=True) == 2
+    assert backend.list_keys(prefix) == [f"{prefix}/ckpt-2", f"{prefix}/sub/meta.json"]
+
+    copy = tmp_path / "other-node"
+    assert backend.download_tree(prefix, copy) == 2
+    assert (copy / "ckpt-2").read_bytes() == b"two"
+    assert (copy / "sub" / "meta.json").read_bytes() == b"{}"
+    assert backend.download_tree("tenants/t1/classifiers/none", tmp_path / "empty") == 0
+
+
+@pytest.mark.parametrize("key", ["", "/abs", "../up", "a/../b", "a//b", "a/./b", "a\\b", "a/"])
+def test_invalid_keys_are_refused(backend: ArtifactBackend, key: str) -> None:
+    with pytest.raises(ValueError):
+        backend.put_bytes(key, b"x")
+    with pytest.raises(ValueError):
+        backend.get_bytes(key)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: layout.dataset_key("t/1", "d"),
+        lambda: layout.model_prefix("..", "c"),
+        lambda: layout.checkpoint_prefix("t", ""),
+    ],
+)
+def test_layout_refuses_bad_identifiers(call: Callable[[], str]) -> None:
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_layout_keys_match_the_local_paths(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    assert store.relative(store.dataset_path("t", "d")) == layout.dataset_key("t", "d")
+    assert store.relative(store.classifier_dir("t", "c")) == layout.classifier_prefix("t", "c")
+    assert store.relative(store.checkpoint_dir("t", "c")) == layout.checkpoint_prefix("t", "c")
+    assert store.relative(store.model_dir("t", "c")) == layout.model_prefix("t", "c")
+
+
+def test_local_keys_and_paths_are_one_store(tmp_path: Path) -> None:
+    """A file put through the path API is visible through the key API, and the staging folder
+    is not part of a listing."""
+    store = ArtifactStore(tmp_path)
+    staged = store.temp_path(".csv")
+    staged.write_bytes(b"a,b\n")
+    store.put_file(staged, store.dataset_path("t", "d"))
+    store.temp_path(".csv").write_bytes(b"half")
+    assert store.list_keys() == [layout.dataset_key("t", "d")]
+    assert store.get_bytes(layout.dataset_key("t", "d")) == b"a,b\n"
+
+
+def test_open_backend_picks_from_settings(tmp_path: Path) -> None:
+    local = open_backend(Settings(data_dir=tmp_path))
+    assert isinstance(local, ArtifactStore) and local.root == (tmp_path / "artifacts").resolve()
+    assert parse_s3_url("s3://bucket") == ("bucket", "")
+    assert parse_s3_url("s3://bucket/a/b/") == ("bucket", "a/b")
+    for bad in ["http://bucket/x", "s3:///x", "s3://bucket/a/../b", "s3://b/x?y=1"]:
+        with pytest.raises(ValueError):
+            parse_s3_url(bad)
+
+
+def test_s3_check_fails_on_a_missing_bucket(s3_endpoint: str, aws_env: dict[str, str]) -> None:
+    store = S3ArtifactStore(
+        f"s3://absent-{uuid.uuid4().hex[:8]}", endpoint_url=s3_endpoint, addressing_style="path"
+    )
+    with pytest.raises(OSError, match="not reachable"):
+        store.check()

@@ -1,0 +1,103 @@
+"""The reconciler's pass against the real databases and the machine's Redis (db 14)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy.orm import Session
+
+from service.db import make_engine, session_factory
+from service.jobs import claim_job
+from service.models import Classifier, ClassifierStatus, JobState, TrainingJob
+from service.settings import Settings
+from service.store import ArtifactStore
+from workers.reconciler import queued_job_ids, reconcile_once
+
+pytestmark = pytest.mark.integration
+
+BROKER_URL = "redis://127.0.0.1:6379/14"
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(BROKER_URL, socket_connect_timeout=2)
+    try:
+        client.flushdb()
+    except redis.ConnectionError as error:
+        pytest.skip(f"Redis at 127.0.0.1:6379 is unreachable: {error}")
+    yield client
+    client.flushdb()
+    client.close()
+
+
+def _job(session: Session, job_id: str) -> TrainingJob:
+    session.rollback()
+    session.expire_all()
+    job = session.get(TrainingJob, job_id)
+    assert job is not None
+    return job
+
+
+def test_pass_requeues_expired_leases_resends_lost_messages_and_fails_after_max_attempts(
+    broker: redis.Redis,
+    settings_factory: Callable[..., Settings],
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    session: Session,
+) -> None:
+    settings = settings_factory(redis_url=BROKER_URL, max_attempts=2, retry_backoff_seconds=5)
+    queued = queue_job(intents_csv)  # recorded with no broker: its message was never sent
+    engine = make_engine(settings)
+    sessions = session_factory(engine)
+    now = datetime.now(UTC) + timedelta(seconds=11)  # past the grace for a missing message
+    try:
+        report = reconcile_once(settings, sessions, now=now)
+        assert queued.job_id in report.sent
+        assert queued.job_id in queued_job_ids(BROKER_URL)
+        broker.delete("training")  # the message is lost (a Redis restart without its file)
+
+        for attempt in (1, 2):
+            lease = claim_job(session, queued.job_id, "w1", now=now, lease=timedelta(seconds=10))
+            assert lease is not None and lease.attempt == attempt
+            now += timedelta(seconds=11)  # the worker died: its lease runs out
+            report = reconcile_once(settings, sessions, now=now)
+            job = _job(session, queued.job_id)
+            if attempt == 1:
+                assert queued.job_id in report.requeued
+                assert (job.state, job.failures) == (JobState.QUEUED, 1)
+                assert queued.job_id not in report.sent  # backing off
+                now = job.not_before or now
+                assert queued.job_id in reconcile_once(settings, sessions, now=now).sent
+        assert queued.job_id in report.failed
+        assert job.state == JobState.FAILED
+        found = session.get(Classifier, job.classifier_id)
+        assert found is not None and found.status == ClassifierStatus.FAILED
+        assert "interrupted 2 times" in found.status_description
+    finally:
+        engine.dispose()
+
+
+def test_pass_sweeps_staging_files_older_than_the_limit(
+    broker: redis.Redis, settings_factory: Callable[..., Settings]
+) -> None:
+    settings = settings_factory(redis_url=BROKER_URL, temp_max_age_seconds=60)
+    store = ArtifactStore(settings.resolved_artifacts_dir())
+    old, fresh = store.temp_path(".csv"), store.temp_path(".csv")
+    old.write_text("half an upload")
+    fresh.write_text("an upload in progress")
+    an_hour_ago = datetime.now(UTC).timestamp() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    engine = make_engine(settings)
+    try:
+        report = reconcile_once(settings, session_factory(engine), now=datetime.now(UTC))
+    finally:
+        engine.dispose()
+
+    assert report.swept == 1
+    assert not old.exists() and fresh.exists()

@@ -1,0 +1,165 @@
+"""The reconciler: the periodic pass that makes an accepted job finish whatever crashed.
+
+Every ``reconcile_every_seconds`` (sooner when a back-off ends before that), one pass:
+
+1. **Expired leases** — a training job whose worker stopped renewing (SIGKILL, a dead node, a
+   partition) is a failed attempt: requeued with a back-off and a new epoch, or, at
+   ``max_attempts`` failures, Failed with a reason the tenant can read.
+2. **Wake-up messages** — a queued job gets a ``taas.train`` message when its back-off has just
+   ended, or when its message is missing from the Redis queue (lost with Redis, or never sent
+   because Redis was down when the API accepted the job) for longer than
+   ``requeue_grace_seconds``. A message too many is harmless: claiming is a compare-and-set.
+3. **Staging sweep** — staging files untouched for ``temp_max_age_seconds`` (an upload cut off
+   by an API crash) are deleted.
+
+Every write goes through :mod:`service.jobs` compare-and-sets, so any number of reconcilers
+may run at once (one per `taas up`, or one per deployment). ``python -m workers.reconciler``
+runs the loop; `taas up` runs it as a child, `taas reconcile` in production.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import redis
+from kombu.exceptions import OperationalError as KombuOperationalError
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import make_engine, session_factory
+from service.jobs import BackOff, expired_jobs, jobs_to_send, mark_enqueued, next_not_before, requeue_expired
+from service.queue import TRAINING_QUEUE, enqueue_training
+from service.settings import Settings, get_settings
+from service.store import ArtifactStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileReport:
+    """What one pass did (for logs and tests)."""
+
+    requeued: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    sent: list[str] = field(default_factory=list)
+    swept: int = 0
+    broker_error: str | None = None
+
+
+def reconcile_once(settings: Settings, sessions: sessionmaker[Session], *, now: datetime) -> ReconcileReport:
+    """One pass of the reconciler (see the module docstring); raises on database errors only."""
+    report = ReconcileReport()
+    backoff = BackOff(settings.retry_backoff_seconds, settings.retry_backoff_max_seconds)
+    with sessions() as session:
+        for job_id in expired_jobs(session, now=now):
+            verdict = requeue_expired(
+                session, job_id, max_attempts=settings.max_attempts, backoff=backoff, now=now
+            )
+            if verdict == "retry":
+                report.requeued.append(job_id)
+            elif verdict == "failed":
+                report.failed.append(job_id)
+        try:
+            in_queue = queued_job_ids(settings.require_redis_url())
+            due = jobs_to_send(
+                session, now=now, grace=timedelta(seconds=settings.requeue_grace_seconds), in_queue=in_queue
+            )
+            for job_id in due:
+                enqueue_training(settings, job_id)
+                mark_enqueued(session, job_id, now=now)
+                report.sent.append(job_id)
+        except (redis.RedisError, KombuOperationalError, OSError) as error:
+            # Redis is down: the jobs stay queued in the database and are sent on a later pass.
+            report.broker_error = str(error)
+    store = ArtifactStore(settings.resolved_artifacts_dir())
+    report.swept = sweep_staging(store, settings.temp_max_age_seconds)
+    for name in ("requeued", "failed", "sent"):
+        if getattr(report, name):
+            log.info("reconciler: %s %s", name, getattr(report, name))
+    if report.broker_error:
+        log.warning("reconciler: broker unreachable: %s", report.broker_error)
+    return report
+
+
+def queued_job_ids(redis_url: str) -> set[str]:
+    """The job ids of the ``taas.train`` messages waiting in the Redis training queue."""
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+    try:
+        raw = client.lrange(TRAINING_QUEUE, 0, -1)
+    finally:
+        client.close()
+    found: set[str] = set()
+    for item in raw:
+        try:
+            message = json.loads(item)
+            args = json.loads(base64.b64decode(message["body"]))[0]
+            found.add(str(args[0]))
+        except (ValueError, KeyError, IndexError, TypeError):
+            continue  # not one of ours: it does not stand for any job
+    return found
+
+
+def sweep_staging(store: ArtifactStore, max_age_seconds: float) -> int:
+    """Delete staging entries not modified for ``max_age_seconds``; returns how many."""
+    staging = store.root / "tmp"
+    if not staging.is_dir():
+        return 0
+    cutoff = time.time() - max_age_seconds
+    swept = 0
+    for entry in staging.iterdir():
+        try:
+            if entry.lstat().st_mtime >= cutoff:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            swept += 1
+        except FileNotFoundError:
+            continue
+    return swept
+
+
+def run_forever(settings: Settings, stop: threading.Event) -> None:
+    """Run passes until ``stop`` is set; a failed pass (database down) is logged and retried."""
+    engine = make_engine(settings)
+    sessions = session_factory(engine)
+    try:
+        while not stop.is_set():
+            now = datetime.now(UTC)
+            wait = settings.reconcile_every_seconds
+            try:
+                reconcile_once(settings, sessions, now=now)
+                with sessions() as session:
+                    soonest = next_not_before(session, now=now)
+                if soonest is not None:
+                    wait = min(wait, max((soonest - datetime.now(UTC)).total_seconds(), 0.05))
+            except SQLAlchemyError as error:
+                log.warning("reconciler: database unreachable: %s", str(error).splitlines()[0])
+            stop.wait(wait)
+    finally:
+        engine.dispose()
+
+
+def main() -> None:
+    """``python -m workers.reconciler``: reconcile until SIGTERM or SIGINT."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = get_settings()
+    settings.require_redis_url()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("reconciler: every %.1fs, lease %ds", settings.reconcile_every_seconds, settings.lease_seconds)
+    run_forever(settings, stop)
+
+
+if __name__ == "__main__":
+    main()

@@ -91,6 +91,8 @@ _ALWAYS = (400, 401, 403, 413)  # malformed, no key, wrong key or a quota, body 
 _EXTRA = {  # (method, path) -> statuses beyond those
     ("post", "/v1/classifiers/{classifier_id}/classify"): (409, 429, 503),
     ("post", "/v1/classifiers/{classifier_id}/classify_collection"): (409, 429, 503),
+    ("post", "/v1/classifiers/{classifier_id}/cancel"): (409,),
+    ("post", "/v1/classifiers/{classifier_id}/resume"): (409,),
     ("delete", "/v1/datasets/{dataset_id}"): (409,),
     ("post", "/v1/admin/tenants"): (409,),
 }

@@ -30,6 +30,9 @@ ID_ROUTES = [
     ("DELETE", "/v1/classifiers/{classifier_id}"),
     ("POST", "/v1/classifiers/{classifier_id}/classify"),
     ("POST", "/v1/classifiers/{classifier_id}/classify_collection"),
+    ("POST", "/v1/classifiers/{classifier_id}/cancel"),
+    ("POST", "/v1/classifiers/{classifier_id}/resume"),
+    ("GET", "/v1/classifiers/{classifier_id}/events"),
     ("GET", "/v1/datasets/{dataset_id}"),
     ("DELETE", "/v1/datasets/{dataset_id}"),
 ]

@@ -1,6 +1,6 @@
 """Accuracy of taas against TF-IDF peers on labelled-text dataset folders.
 
-    python benchmarks/accuracy.py DATASET_DIR... [--json]
+    python benchmarks/accuracy.py DATASET_DIR... [--json] [--learners K[,K...]]
 
 Each DATASET_DIR holds train.csv and test.csv (header text,label). For each folder this
 trains taas (trainer.train, in-process, DEFAULT_HPARAMS) and two scikit-learn peers on
@@ -10,6 +10,8 @@ prints one JSON line per dataset and system: dataset, system, accuracy, macro_f1
 (top-1 expected calibration error, 15 bins; null for the SVM, which gives no
 probabilities), train_s (wall seconds to fit), model_bytes (model directory size for
 taas, pickled pipeline size for the peers). Without --json, a readable table.
+``--learners 1,2`` trains taas once per K (system ``taas-k1``, ``taas-k2``; the default,
+one K of 1, keeps the system name ``taas``), to compare accuracy across learner counts.
 """
 
 from __future__ import annotations
@@ -63,16 +65,18 @@ def _row(
     }
 
 
-def run_taas(dataset: str, train_data: LabelledData, test: LabelledData) -> dict[str, object]:
-    """Train and evaluate taas in a temporary directory."""
+def run_taas(
+    dataset: str, train_data: LabelledData, test: LabelledData, learners: int = 1, system: str = "taas"
+) -> dict[str, object]:
+    """Train (with ``learners`` learners) and evaluate taas in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="taas-bench-") as tmp:
         started = time.perf_counter()
-        train(train_data, workdir=Path(tmp) / "work", out_dir=Path(tmp) / "model")
+        train(train_data, workdir=Path(tmp) / "work", out_dir=Path(tmp) / "model", learners=learners)
         train_s = time.perf_counter() - started
         model_bytes = sum(p.stat().st_size for p in (Path(tmp) / "model").iterdir())
         scores = LoadedModel.load(Path(tmp) / "model").classify(test.texts)
     return _row(
-        dataset, "taas", test, [s[0][0] for s in scores], [s[0][1] for s in scores], train_s, model_bytes
+        dataset, system, test, [s[0][0] for s in scores], [s[0][1] for s in scores], train_s, model_bytes
     )
 
 
@@ -94,13 +98,16 @@ def run_peer(dataset: str, system: str, train_data: LabelledData, test: Labelled
     return _row(dataset, system, test, predicted, confidence, train_s, len(pickle.dumps(pipeline)))
 
 
-def benchmark(folder: Path) -> list[dict[str, object]]:
-    """One result row per system for the dataset in ``folder``."""
+def benchmark(folder: Path, learners: tuple[int, ...] = (1,), peers: bool = True) -> list[dict[str, object]]:
+    """One result row per system (and per K for taas) for the dataset in ``folder``."""
     train_data = read_labelled_csv(folder / "train.csv")
     test = read_labelled_csv(folder / "test.csv")
     dataset = dataset_name(folder)
-    rows = [run_taas(dataset, train_data, test)]
-    rows += [run_peer(dataset, system, train_data, test) for system in SYSTEMS[1:]]
+    rows = [
+        run_taas(dataset, train_data, test, k, "taas" if learners == (1,) else f"taas-k{k}") for k in learners
+    ]
+    if peers:
+        rows += [run_peer(dataset, system, train_data, test) for system in SYSTEMS[1:]]
     return rows
 
 
@@ -123,10 +130,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("datasets", nargs="+", type=Path, help="folders holding train.csv and test.csv")
     parser.add_argument("--json", action="store_true", help="one JSON line per dataset and system")
+    parser.add_argument("--learners", default="1", help="comma-separated K values for taas (0 = cores)")
+    parser.add_argument("--no-peers", action="store_true", help="taas only, skip the scikit-learn peers")
     args = parser.parse_args()
+    learners = tuple(int(k) for k in args.learners.split(","))
     rows: list[dict[str, object]] = []
     for folder in args.datasets:
-        for row in benchmark(folder):
+        for row in benchmark(folder, learners, peers=not args.no_peers):
             rows.append(row)
             if args.json:
                 print(json.dumps(row), flush=True)

@@ -59,7 +59,11 @@ class Settings(BaseSettings):
     max_class_chars: int = Field(1024, gt=0, description="Longest class name in a training set.")
 
     # --- training ------------------------------------------------------------------------
-    learners: int = Field(1, ge=1, description="Learner processes per training job (K).")
+    learners: int = Field(
+        0,
+        ge=0,
+        description="Learner processes per training job (K); 0 = auto: one per core, fewer for small data.",
+    )
     lease_seconds: int = Field(
         10, gt=0, description="How long a worker's claim on a job lasts unrenewed (the crash detector)."
     )

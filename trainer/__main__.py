@@ -1,7 +1,8 @@
 """`python -m trainer fit|eval`: train a model from a CSV file, or evaluate one on a CSV file.
 
-    python -m trainer fit TRAIN.csv --out MODEL_DIR [--workdir D] [--learners K]
-        A live progress line on stderr, a JSON summary on stdout. Checkpoints go to
+    python -m trainer fit TRAIN.csv --out MODEL_DIR [--workdir D] [--learners K] [--device D]
+        K learner processes on the embedded parameter server (0 = one per core, the
+        default; 1 = in-process). A live progress line on stderr, a JSON summary on stdout. Checkpoints go to
         D (default MODEL_DIR.ckpt beside MODEL_DIR); rerunning an interrupted fit (Ctrl-C,
         a crash) resumes from them. The default workdir is removed after success.
     python -m trainer eval MODEL_DIR TEST.csv
@@ -33,7 +34,7 @@ def _progress_line(progress: Progress) -> str:
     eta = "-" if progress.eta_seconds is None else f"{progress.eta_seconds:.0f}s"
     return (
         f"\r{progress.phase:<10} epoch {progress.epoch} step {progress.step}/{progress.total_steps} "
-        f"loss {loss} {progress.samples_per_second:,.0f} samples/s ETA {eta}   "
+        f"loss {loss} {progress.samples_per_second:,.0f} samples/s K={progress.learners} ETA {eta}   "
     )
 
 
@@ -55,6 +56,7 @@ def _fit(args: argparse.Namespace) -> int:
             workdir=workdir,
             out_dir=out_dir,
             learners=args.learners,
+            device=args.device,
             on_progress=lambda p: sys.stderr.write(_progress_line(p)) and sys.stderr.flush(),
             should_stop=lambda: stop_requested,
         )
@@ -75,6 +77,8 @@ def _fit(args: argparse.Namespace) -> int:
                 "applied_updates": result.applied_updates,
                 "epochs": result.epochs,
                 "resumed": result.resumed,
+                "learners": result.learners,
+                "ps": {k: result.ps[k] for k in ("pushed", "applied", "dropped")},
                 "train_seconds": round(result.train_seconds, 3),
                 "metrics": {k: metrics[k] for k in ("accuracy", "macro_f1", "n", "evaluated_on")},
             }
@@ -104,7 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     fit.add_argument("train_csv")
     fit.add_argument("--out", required=True, help="model directory to write")
     fit.add_argument("--workdir", help="checkpoint directory (default: MODEL_DIR.ckpt)")
-    fit.add_argument("--learners", type=int, default=1, help="learner processes (only 1 for now)")
+    fit.add_argument(
+        "--learners", type=int, default=0, help="learner processes K (default 0: one per core; 1: in-process)"
+    )
+    fit.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "auto"),
+        default="cpu",
+        help="cpu (default), or cuda: learners as CUDA streams sharing one GPU (untested on hardware)",
+    )
     fit.set_defaults(run=_fit)
     evaluate = commands.add_parser("eval", help="accuracy of a model on a CSV with header text,label")
     evaluate.add_argument("model_dir")

@@ -20,14 +20,14 @@ import torch
 from trainer.errors import CheckpointCorrupt
 
 WEIGHTS = "weights"  # model state_dict
-OPTIMIZER = "optimizer"  # {name: optimizer state_dict}
+OPTIMIZER = "optimizer"  # {"kind": "adam", "state": [m, v per parameter]} (the server's moments)
 VERSION = "version"  # updates applied so far
 CURSORS = "cursors"  # [ {epoch, seed, position} ] one per learner
-RNG = "rng"  # {"torch": ByteTensor}
+RNG = "rng"  # {"torch": ByteTensor, "learner_seeds": [seed + rank]}
 HPARAMS = "hparams"  # HParams.as_dict()
 EARLY_STOP = "early_stop"  # best score, best weights, epochs without improvement, finished flag
 DATA = "data"  # fingerprint of the training data and the split it was trained with
-JOB = "job"  # checkpoints written and resumes so far, training seconds
+JOB = "job"  # checkpoints, resumes, training seconds, learners, cumulative pushed/applied/dropped
 
 MAGIC = b"TAAS-CKPT-1\n"
 KEEP = 2

@@ -1,21 +1,25 @@
-"""train(): the single-learner training loop, with checkpoints, resume, progress and stop.
+"""train(): K learners around the embedded parameter server, with checkpoints, resume, stop.
 
-The loop is written with the parameter-server seams in place: ``compute_gradient`` is a
-pure function of (weights, batch) and ``apply_update`` is the only place weights change,
-so K learners can later compute gradients while one server applies them; the data order is
-a ``DataCursor`` (epoch, permutation seed, position) per learner. Resume is a mode of the
-same loop: the state restored from a checkpoint is the state the loop would have had.
+The supervisor (this module, in the caller's process) owns the epoch plan: every epoch's
+permutation is split into K shards (learner r takes every K-th row), and the learners work in
+*rounds* (trainer.ps.pool): a round ends when every learner has parked, at the end of its
+shard or after the supervisor asked them to pause. Between rounds the state is consistent
+at one version, and that is where validation, early stopping and checkpoints happen. Resume
+is a mode of the same loop: the state restored from a checkpoint is the state the loop had.
+K = 1 runs the same learner in-process (no spawn), the plain loop's speed.
 
 Determinism: the initial weights come from a generator seeded with ``HParams.seed``, each
 epoch's order from ``numpy.random.default_rng([seed, epoch])``, and nothing else draws
 random numbers, so with K = 1 a stopped-and-resumed run ends with the same weights and the
-same number of applied updates as an uninterrupted one.
+same number of applied updates as an uninterrupted one. With K > 1 the interleaving of
+updates varies; the number of applied updates of a run without early stopping does not.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,7 +40,14 @@ from trainer.hparams import DEFAULT_HPARAMS, HParams
 from trainer.inference import bag_tensors, save_model
 from trainer.model import ModelConfig, TextClassifier
 from trainer.progress import Progress, ProgressReporter
-from trainer.step import Batch, DataCursor, Optimizer, apply_update, compute_gradient
+from trainer.ps import counters as C
+from trainer.ps.cuda import PER_GPU_LEARNERS, StreamPool
+from trainer.ps.learner import ShardData
+from trainer.ps.pool import InProcessPool, ProcessPool, RoundResult, SuspectState
+from trainer.ps.server import OptimizerConfig, ParameterServer
+from trainer.step import DataCursor, TextClassifierTask, model_parameters
+
+MAX_RESTARTS = 2  # sessions restarted from the last checkpoint after a suspect state, per call
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,8 @@ class TrainResult:
     epochs: int
     resumed: int
     train_seconds: float
+    learners: int = 1
+    ps: dict[str, object] = field(default_factory=dict)  # the server's counters (PSStats fields)
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class _Prepared:
     steps_per_epoch: int
     max_epochs: int
     fingerprint: str
+    max_rows: int  # the most embedding rows one mini-batch can touch (slot capacity)
 
 
 def _fingerprint(data: LabelledData) -> str:
@@ -105,16 +119,20 @@ def _prepare(data: LabelledData, hparams: HParams, fingerprint: str) -> _Prepare
         validation_bags = featurizer.transform([data.texts[i] for i in validation_idx])
         validation_targets = targets[validation_idx]
     steps_per_epoch = math.ceil(len(train_idx) / hparams.batch_size)
+    train_bags = featurizer.transform(train_texts)
+    lengths = np.diff(np.append(train_bags.offsets, len(train_bags.ids)))
+    max_rows = int(np.sort(lengths)[::-1][: hparams.batch_size].sum())
     return _Prepared(
         labels=labels,
         featurizer=featurizer,
-        train_bags=featurizer.transform(train_texts),
+        train_bags=train_bags,
         train_targets=targets[train_idx],
         validation_bags=validation_bags,
         validation_targets=validation_targets,
         steps_per_epoch=steps_per_epoch,
         max_epochs=max(hparams.max_epochs, math.ceil(hparams.min_updates / steps_per_epoch)),
         fingerprint=fingerprint,
+        max_rows=max(1, min(max_rows, featurizer.rows)),
     )
 
 
@@ -122,8 +140,9 @@ def _prepare(data: LabelledData, hparams: HParams, fingerprint: str) -> _Prepare
 class _LoopState:
     """The loop's mutable state; exactly what a checkpoint holds besides weights and optimizer."""
 
-    version: int
-    cursor: DataCursor
+    epoch: int
+    seed: int
+    positions: list[int]  # each learner's committed position in its shard of ``epoch``
     best_accuracy: float = -1.0
     best_loss: float = math.inf
     best_weights: dict[str, torch.Tensor] | None = None
@@ -136,17 +155,50 @@ class _LoopState:
     resumed: int = 0
     train_seconds: float = 0.0
     last_checkpoint: str | None = field(default=None)
+    # pushed / applied / dropped of earlier sessions (this session's come from the counters)
+    earlier: dict[str, int] = field(default_factory=lambda: {"pushed": 0, "applied": 0, "dropped": 0})
+
+
+_NAMES = ("embedding.weight", "output.weight", "output.bias")  # model_parameters() order
+
+
+MIN_STEPS_PER_LEARNER = 32  # auto K gives each learner at least this many steps per epoch
+
+
+def default_learners() -> int:
+    """The most learners auto (K = 0) uses: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def auto_learners(steps_per_epoch: int) -> int:
+    """K for ``learners=0``: one per core, but no more than the data keeps busy.
+
+    Every epoch ends in a round barrier (validation, early stopping), and spawning a learner
+    costs a second or two of interpreter and torch start-up; a data set of a few dozen rows
+    (a handful of steps per epoch) trains faster in-process than split across cores.
+    """
+    return max(1, min(default_learners(), steps_per_epoch // MIN_STEPS_PER_LEARNER))
 
 
 def _checkpoint_state(
-    model: TextClassifier, optimizer: Optimizer, state: _LoopState, hparams: HParams, prepared: _Prepared
+    ps: ParameterServer, state: _LoopState, hparams: HParams, prepared: _Prepared
 ) -> dict[str, Any]:
+    snapshot = ps.snapshot()
+    stats = ps.stats()
     return {
-        ckpt.WEIGHTS: model.state_dict(),
-        ckpt.OPTIMIZER: optimizer.state_dict(),
-        ckpt.VERSION: state.version,
-        ckpt.CURSORS: [state.cursor.as_dict()],
-        ckpt.RNG: {"torch": torch.get_rng_state()},
+        ckpt.WEIGHTS: dict(zip(_NAMES, snapshot["params"], strict=True)),
+        ckpt.OPTIMIZER: {"kind": snapshot["kind"], "state": snapshot["state"]},
+        ckpt.VERSION: snapshot["version"],
+        ckpt.CURSORS: [
+            DataCursor(epoch=state.epoch, seed=state.seed, position=p).as_dict() for p in state.positions
+        ],
+        ckpt.RNG: {
+            "torch": torch.get_rng_state(),
+            "learner_seeds": [state.seed + r for r in range(len(state.positions))],
+        },
         ckpt.HPARAMS: hparams.as_dict(),
         ckpt.EARLY_STOP: {
             "best_accuracy": state.best_accuracy,
@@ -163,18 +215,29 @@ def _checkpoint_state(
             "checkpoints": state.checkpoints,
             "resumed": state.resumed,
             "train_seconds": state.train_seconds,
+            "learners": len(state.positions),
+            "pushed": state.earlier["pushed"] + stats.pushed,
+            "applied": state.earlier["applied"] + stats.applied,
+            "dropped": state.earlier["dropped"] + stats.dropped,
         },
     }
 
 
-def _restore(saved: dict[str, Any], model: TextClassifier, optimizer: Optimizer) -> _LoopState:
-    model.load_state_dict(saved[ckpt.WEIGHTS])
-    optimizer.load_state_dict(saved[ckpt.OPTIMIZER])
+def _restore(saved: dict[str, Any], ps: ParameterServer) -> _LoopState:
+    ps.restore(
+        {
+            "kind": saved[ckpt.OPTIMIZER]["kind"],
+            "params": [saved[ckpt.WEIGHTS][name] for name in _NAMES],
+            "state": saved[ckpt.OPTIMIZER]["state"],
+            "version": saved[ckpt.VERSION],
+        }
+    )
     torch.set_rng_state(saved[ckpt.RNG]["torch"])
-    early, job = saved[ckpt.EARLY_STOP], saved[ckpt.JOB]
+    early, job, cursors = saved[ckpt.EARLY_STOP], saved[ckpt.JOB], saved[ckpt.CURSORS]
     return _LoopState(
-        version=int(saved[ckpt.VERSION]),
-        cursor=DataCursor(**saved[ckpt.CURSORS][0]),
+        epoch=int(cursors[0]["epoch"]),
+        seed=int(cursors[0]["seed"]),
+        positions=[int(c["position"]) for c in cursors],
         best_accuracy=float(early["best_accuracy"]),
         best_loss=float(early["best_loss"]),
         best_weights=early["best_weights"],
@@ -186,19 +249,21 @@ def _restore(saved: dict[str, Any], model: TextClassifier, optimizer: Optimizer)
         checkpoints=int(job["checkpoints"]),
         resumed=int(job["resumed"]) + 1,
         train_seconds=float(job["train_seconds"]),
+        earlier={k: int(job.get(k, 0)) for k in ("pushed", "applied", "dropped")},
     )
 
 
 def _validate(model: TextClassifier, bags: Bags, targets: np.ndarray) -> tuple[float, float]:
+    device = model.output.weight.device
     with torch.no_grad():
-        logits = model(*bag_tensors(bags))
+        logits = model(*(t.to(device) for t in bag_tensors(bags))).cpu()
         loss = float(F.cross_entropy(logits, torch.from_numpy(targets)))
         accuracy = float((logits.argmax(dim=1).numpy() == targets).mean())
     return accuracy, loss
 
 
 def _end_epoch(model: TextClassifier, state: _LoopState, prepared: _Prepared, hparams: HParams) -> None:
-    """Early-stopping bookkeeping after the last update of an epoch, then move the cursor on.
+    """Early-stopping bookkeeping after the last update of an epoch, then move the cursors on.
 
     Better = higher validation accuracy, or equal accuracy with lower validation loss.
     """
@@ -206,14 +271,15 @@ def _end_epoch(model: TextClassifier, state: _LoopState, prepared: _Prepared, hp
         accuracy, loss = _validate(model, prepared.validation_bags, prepared.validation_targets)
         if (accuracy, -loss) > (state.best_accuracy, -state.best_loss):
             state.best_accuracy, state.best_loss, state.bad_epochs = accuracy, loss, 0
-            state.best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            state.best_weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         else:
             state.bad_epochs += 1
         if state.bad_epochs >= hparams.patience:
             state.finished = True
-    if state.cursor.epoch >= prepared.max_epochs:
+    if state.epoch >= prepared.max_epochs:
         state.finished = True
-    state.cursor = DataCursor(epoch=state.cursor.epoch + 1, seed=state.cursor.seed)
+    state.epoch += 1
+    state.positions = [0] * len(state.positions)
     state.last_epoch_loss = state.loss_sum / max(state.loss_count, 1)
     state.loss_sum, state.loss_count = 0.0, 0
 
@@ -227,28 +293,49 @@ def train(
     learners: int = 1,
     on_progress: Callable[[Progress], None] = lambda p: None,
     should_stop: Callable[[], bool] = lambda: False,
+    device: str = "cpu",
 ) -> TrainResult:
-    """Train a classifier on ``data`` and write it to ``out_dir`` (created).
+    """Train a classifier on ``data`` with ``learners`` learners and write it to ``out_dir``.
 
+    ``learners``: K learner processes sharing one parameter server (1 = in-process; 0 =
+    auto: one per core, fewer for data too small to keep them busy, see auto_learners).
     ``workdir`` holds checkpoints (every ``checkpoint_every_updates`` updates or
-    ``checkpoint_every_seconds`` seconds); if it already holds a valid one, training
-    RESUMES from it, and that checkpoint's hyper-parameters win over ``hparams``.
-    Calls ``on_progress`` about once a second and at each phase change. If
-    ``should_stop()`` turns true (checked after every update), writes a checkpoint and
-    raises TrainingStopped. Raises InvalidTrainingData (no examples, fewer than two
-    classes), NonFiniteLoss, CheckpointCorrupt (checkpoint files exist, none usable),
-    TrainerError (learners != 1, or the workdir's checkpoint is of other data).
+    ``checkpoint_every_seconds`` seconds); if it already holds a valid one, training RESUMES
+    from it, and that checkpoint's hyper-parameters and learner count win over the
+    arguments. Calls ``on_progress`` about once a second and at each phase change. If
+    ``should_stop()`` turns true (checked after every update with K = 1, every ~50 ms with
+    K > 1), writes a checkpoint and raises TrainingStopped. A learner that dies is respawned
+    at its committed cursor; if it died while applying, the session restarts from the last
+    checkpoint. Raises InvalidTrainingData (no examples, fewer than two classes),
+    NonFiniteLoss, CheckpointCorrupt (checkpoint files exist, none usable), TrainerError
+    (learners < 0, the workdir's checkpoint is of other data, learners kept dying, no CUDA).
+
+    ``device``: "cpu", "cuda" (learners are CUDA streams of this process sharing one GPU,
+    trainer.ps.cuda; untested on hardware) or "auto" (CUDA when available).
     """
+    if learners < 0:
+        raise TrainerError(f"learners={learners}: must be 0 (auto) or more")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
+        raise TrainerError(f"device {device!r} is not available here")
     with _single_threaded():
-        return _train(
-            data,
-            workdir=Path(workdir),
-            out_dir=Path(out_dir),
-            hparams=hparams,
-            learners=learners,
-            on_progress=on_progress,
-            should_stop=should_stop,
-        )
+        for attempt in range(MAX_RESTARTS + 1):
+            try:
+                return _train(
+                    data,
+                    workdir=Path(workdir),
+                    out_dir=Path(out_dir),
+                    hparams=hparams,
+                    learners=learners,
+                    on_progress=on_progress,
+                    should_stop=should_stop,
+                    device=torch.device(device),
+                )
+            except SuspectState as exc:
+                if attempt == MAX_RESTARTS:
+                    raise TrainerError(f"training restarted {attempt} times and failed again: {exc}") from exc
+    raise AssertionError("unreachable")
 
 
 @contextmanager
@@ -277,90 +364,81 @@ def _train(
     learners: int,
     on_progress: Callable[[Progress], None],
     should_stop: Callable[[], bool],
+    device: torch.device,
 ) -> TrainResult:
-    if learners != 1:
-        raise TrainerError(
-            f"learners={learners}: only 1 is supported; the parameter-server engine is a separate issue"
-        )
     check_trainable(data)
+    on_cuda = device.type == "cuda"
     session_start = time.monotonic()
     fingerprint = _fingerprint(data)
     saved = ckpt.load_latest(workdir)
+    if saved is not None and "kind" not in saved[ckpt.OPTIMIZER]:
+        saved = None  # written by the single-learner loop before the parameter server: start over
     if saved is not None:
         if saved[ckpt.DATA]["fingerprint"] != fingerprint:
             raise TrainerError(f"{workdir} holds a checkpoint of different training data")
         hparams = HParams.from_dict(saved[ckpt.HPARAMS])
+        learners = len(saved[ckpt.CURSORS])  # the cursors are per learner: resume with the same K
 
-    booting = _LoopState(version=0, cursor=DataCursor(epoch=1, seed=hparams.seed))
-    early = ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, learners)
-    _report(early, "preparing", booting)
-    prepared = _prepare(data, hparams, fingerprint)
-    model = TextClassifier(
-        ModelConfig(rows=prepared.featurizer.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)),
-        generator=torch.Generator().manual_seed(hparams.seed),
-    )
-    optimizer = Optimizer(model, hparams.learning_rate)
-    state = booting if saved is None else _restore(saved, model, optimizer)
-    del saved
-
-    reporter = ProgressReporter(
-        on_progress,
-        hparams.progress_every_seconds,
-        prepared.max_epochs * prepared.steps_per_epoch,
-        prepared.max_epochs,
-        learners,
-    )
-    accounted = session_start
-
-    def save_checkpoint() -> None:
-        nonlocal accounted
-        now = time.monotonic()
-        state.train_seconds += now - accounted
-        accounted = now
-        state.checkpoints += 1
-        state.last_checkpoint = str(
-            ckpt.save(workdir, _checkpoint_state(model, optimizer, state, hparams, prepared))
+    if not learners:  # auto; the plan's exact steps per epoch are known only after the split
+        steps = math.ceil(len(data) * (1 - hparams.validation_fraction) / hparams.batch_size)
+        learners = PER_GPU_LEARNERS if on_cuda else auto_learners(steps)
+    # Learner processes start now, so their start-up overlaps featurisation.
+    processes = ProcessPool(learners) if learners > 1 and not on_cuda else None
+    pool: InProcessPool | ProcessPool | StreamPool | None = processes
+    try:
+        early = ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, learners)
+        early.report("preparing", epoch=1, step=0, loss=None, checkpoints=0, resumed=0)
+        prepared = _prepare(data, hparams, fingerprint)
+        model = TextClassifier(
+            ModelConfig(
+                rows=prepared.featurizer.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)
+            ),
+            generator=torch.Generator().manual_seed(hparams.seed),
         )
+        ps = ParameterServer.create(
+            model_parameters(model),
+            OptimizerConfig(kind="adam", lr=hparams.learning_rate, staleness_bound=hparams.staleness_bound),
+            learners,
+            prepared.max_rows,
+            shared=processes is not None,
+            device=device,
+            locks=processes.locks() if processes is not None else None,
+        )
+        # The model reads the server's tensors from here on (validation, best weights, the saved model).
+        for param, shared in zip(model.parameters(), ps.params, strict=True):
+            param.data = shared
+        state = (
+            _LoopState(epoch=1, seed=hparams.seed, positions=[0] * learners)
+            if saved is None
+            else _restore(saved, ps)
+        )
+        del saved
+        data_tensors = ShardData.of(prepared.train_bags, prepared.train_targets, shared=processes is not None)
+        if processes is not None:
+            processes.start(ps, TextClassifierTask(), data_tensors, hparams.batch_size, state.seed)
+        elif on_cuda:
+            pool = StreamPool(ps, TextClassifierTask, data_tensors, hparams.batch_size, state.seed, device)
+        else:
+            pool = InProcessPool(ps, TextClassifierTask(), data_tensors, hparams.batch_size, state.seed)
+        assert pool is not None
+        session = _Session(
+            ps, pool, state, hparams, prepared, workdir, on_progress, should_stop, session_start
+        )
+        session.run(model)
+    finally:
+        codes = pool.close() if pool is not None else None
+    if any(code not in (0, None) for code in codes or []):
+        raise TrainerError(f"a learner exited abnormally at shutdown (exit codes {codes})")
 
-    _report(reporter, "training", state)
-    rows = len(prepared.train_targets)
-    order = state.cursor.order(rows)
-    last_checkpoint_time = time.monotonic()
-    last_checkpoint_version = state.version
-    while not state.finished:
-        chosen = order[state.cursor.position : state.cursor.position + hparams.batch_size]
-        batch = Batch.of(prepared.train_bags.select(chosen), prepared.train_targets[chosen])
-        loss, grads = compute_gradient(model, batch)
-        if not math.isfinite(loss):
-            raise NonFiniteLoss(state.version + 1, loss)
-        apply_update(optimizer, grads)
-        state.version += 1
-        state.cursor.position += len(chosen)
-        state.loss_sum += loss
-        state.loss_count += 1
-        reporter.samples += len(chosen)
-        if state.cursor.position >= rows:
-            _end_epoch(model, state, prepared, hparams)
-            order = state.cursor.order(rows)
-        if (
-            state.version - last_checkpoint_version >= hparams.checkpoint_every_updates
-            or time.monotonic() - last_checkpoint_time >= hparams.checkpoint_every_seconds
-        ):
-            save_checkpoint()
-            last_checkpoint_time, last_checkpoint_version = time.monotonic(), state.version
-        if should_stop():
-            save_checkpoint()
-            raise TrainingStopped(state.version, state.last_checkpoint)
-        if reporter.due():
-            _report(reporter, "training", state)
-
-    _report(reporter, "evaluating", state)
+    session.report("evaluating")
     if state.best_weights is not None:
         model.load_state_dict(state.best_weights)
+    model.cpu()  # CUDA: evaluate and save from host memory (a no-op on CPU)
     metrics = _final_metrics(model, prepared, data)
-    _report(reporter, "saving", state)
-    state.train_seconds += time.monotonic() - accounted
-    epochs = min(state.cursor.epoch - 1, prepared.max_epochs)
+    session.report("saving")
+    state.train_seconds += time.monotonic() - session.accounted
+    epochs = min(state.epoch - 1, prepared.max_epochs)
+    stats = session.ps_stats()
     save_model(
         out_dir,
         model,
@@ -369,31 +447,125 @@ def _train(
         {
             "hparams": hparams.as_dict(),
             "metrics": metrics,
-            "applied_updates": state.version,
+            "applied_updates": ps.version(),
             "epochs": epochs,
             "train_seconds": state.train_seconds,
+            "learners": learners,
+            "ps": stats,
         },
     )
-    _report(reporter, "done", state)
+    session.report("done")
     return TrainResult(
         model_dir=out_dir,
         metrics=metrics,
-        applied_updates=state.version,
+        applied_updates=ps.version(),
         epochs=epochs,
         resumed=state.resumed,
         train_seconds=state.train_seconds,
+        learners=learners,
+        ps=stats,
     )
 
 
-def _report(reporter: ProgressReporter, phase: str, state: _LoopState) -> None:
-    reporter.report(
-        phase,
-        epoch=state.cursor.epoch - 1 if state.finished else state.cursor.epoch,
-        step=state.version,
-        loss=state.loss_sum / state.loss_count if state.loss_count else state.last_epoch_loss,
-        checkpoints=state.checkpoints,
-        resumed=state.resumed,
-    )
+class _Session:
+    """One call's supervision: rounds, epoch ends, checkpoint cadence, stop, progress."""
+
+    def __init__(
+        self,
+        ps: ParameterServer,
+        pool: InProcessPool | ProcessPool | StreamPool,
+        state: _LoopState,
+        hparams: HParams,
+        prepared: _Prepared,
+        workdir: Path,
+        on_progress: Callable[[Progress], None],
+        should_stop: Callable[[], bool],
+        session_start: float,
+    ) -> None:
+        self.ps, self.pool, self.state, self.hparams, self.prepared = ps, pool, state, hparams, prepared
+        self.workdir, self.should_stop = workdir, should_stop
+        self.accounted = session_start
+        self.reporter = ProgressReporter(
+            on_progress,
+            hparams.progress_every_seconds,
+            prepared.max_epochs * prepared.steps_per_epoch,
+            prepared.max_epochs,
+            len(state.positions),
+        )
+        self.stop_requested = False
+        self.last_checkpoint_time = time.monotonic()
+        self.last_checkpoint_version = ps.version()
+
+    def run(self, model: TextClassifier) -> None:
+        """Rounds until the plan or early stopping ends training. Raises TrainingStopped, NonFiniteLoss."""
+        state = self.state
+        self.report("training")
+        while not state.finished:
+            result: RoundResult = self.pool.run_round(state.epoch, state.positions, self._tick)
+            state.positions = result.positions
+            state.loss_sum += result.loss_sum
+            state.loss_count += result.loss_count
+            if result.nonfinite is not None:
+                raise NonFiniteLoss(self.ps.version() + 1, result.nonfinite)
+            if all(result.done):
+                _end_epoch(model, state, self.prepared, self.hparams)
+            if self.stop_requested or self._checkpoint_due():
+                self.save_checkpoint()
+            if self.stop_requested:
+                raise TrainingStopped(self.ps.version(), state.last_checkpoint)
+            if self.reporter.due():
+                self.report("training")
+
+    def _checkpoint_due(self) -> bool:
+        return (
+            self.ps.version() - self.last_checkpoint_version >= self.hparams.checkpoint_every_updates
+            or time.monotonic() - self.last_checkpoint_time >= self.hparams.checkpoint_every_seconds
+        )
+
+    def _tick(self) -> bool:
+        """Between steps (K = 1) or every ~50 ms (K > 1): true asks the learners to park."""
+        if self.should_stop():
+            self.stop_requested = True
+        if self.reporter.due():
+            self.report("training")
+        return self.stop_requested or self._checkpoint_due()
+
+    def save_checkpoint(self) -> None:
+        """Write a checkpoint of the current (quiescent) state."""
+        now = time.monotonic()
+        state = self.state
+        state.train_seconds += now - self.accounted
+        self.accounted = now
+        state.checkpoints += 1
+        state.last_checkpoint = str(
+            ckpt.save(self.workdir, _checkpoint_state(self.ps, state, self.hparams, self.prepared))
+        )
+        self.last_checkpoint_time, self.last_checkpoint_version = time.monotonic(), self.ps.version()
+
+    def ps_stats(self) -> dict[str, object]:
+        """The server's counters, pushed/applied/dropped cumulative across resumes."""
+        stats = self.ps.stats().as_dict()
+        for key, value in self.state.earlier.items():
+            stats[key] = int(stats[key]) + value  # type: ignore[call-overload]
+        stats["respawns"] = getattr(self.pool, "respawns", 0)
+        return stats
+
+    def report(self, phase: str) -> None:
+        state = self.state
+        losses = self.pool.losses
+        running = losses[losses[:, 1] > 0]
+        loss_sum = state.loss_sum + float(running[:, 0].sum())
+        loss_count = state.loss_count + int(running[:, 1].sum())
+        self.reporter.samples = int(self.ps.counters.array[1:, C.SAMPLES].sum())
+        self.reporter.report(
+            phase,
+            epoch=state.epoch - 1 if state.finished else state.epoch,
+            step=self.ps.version(),
+            loss=loss_sum / loss_count if loss_count else state.last_epoch_loss,
+            checkpoints=state.checkpoints,
+            resumed=state.resumed,
+            ps=self.ps_stats(),
+        )
 
 
 def _final_metrics(model: TextClassifier, prepared: _Prepared, data: LabelledData) -> dict[str, object]:

@@ -30,6 +30,9 @@ class HParams:
     # optimisation: Adam (SparseAdam on the embedding rows), small batches
     batch_size: int = 16
     learning_rate: float = 0.003
+    # parameter server: gradients staler than this many updates are dropped (None: never);
+    # every applied gradient's step is learning_rate / max(1, staleness) either way
+    staleness_bound: int | None = None
     # schedule and early stopping
     min_updates: int = 3000
     max_epochs: int = 20

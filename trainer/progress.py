@@ -21,6 +21,10 @@ class Progress:
     checkpoints: int  # checkpoints written so far in this job (across resumes)
     resumed: int  # how many times this job was resumed from a checkpoint
     learners: int  # K
+    # parameter-server counters (trainer.ps.counters.PSStats.as_dict(), cumulative across
+    # resumes for pushed/applied/dropped): pushed, applied, dropped, staleness histogram,
+    # seconds in push/pull/apply/compute, bytes moved. None before the server exists.
+    ps: dict[str, object] | None = None
 
     def as_dict(self) -> dict[str, object]:
         """JSON-safe dict of every field."""
@@ -57,7 +61,15 @@ class ProgressReporter:
         return time.monotonic() - self.last >= self.every
 
     def report(
-        self, phase: str, *, epoch: int, step: int, loss: float | None, checkpoints: int, resumed: int
+        self,
+        phase: str,
+        *,
+        epoch: int,
+        step: int,
+        loss: float | None,
+        checkpoints: int,
+        resumed: int,
+        ps: dict[str, object] | None = None,
     ) -> None:
         """Call on_progress with a Progress for these values; rates count from the first report."""
         now = time.monotonic()
@@ -80,5 +92,6 @@ class ProgressReporter:
                 checkpoints=checkpoints,
                 resumed=resumed,
                 learners=self.learners,
+                ps=ps,
             )
         )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,10 @@ def test_progress_reports_every_phase_in_order_with_global_steps(
     assert list(dict.fromkeys(phases)) == ["preparing", "training", "evaluating", "saving", "done"]
     assert seen[-1].step == result.applied_updates <= seen[-1].total_steps
     assert seen[-1].checkpoints >= 1 and seen[-1].learners == 1
-    assert all(isinstance(v, int | float | str | type(None)) for v in seen[-1].as_dict().values())
+    assert json.loads(json.dumps(seen[-1].as_dict())) == seen[-1].as_dict()
+    counters = seen[-1].ps
+    assert counters is not None and counters["learners"] == 1
+    assert counters["applied"] == counters["pushed"] == result.applied_updates
 
 
 def test_metrics_are_reported_on_the_validation_split(
@@ -97,9 +101,9 @@ def test_metrics_are_reported_on_the_validation_split(
     assert set(result.metrics["per_class"]) == {"booking", "music", "weather"}  # type: ignore[arg-type]
 
 
-def test_more_than_one_learner_is_refused_for_now(tmp_path: Path, small_data: LabelledData) -> None:
-    with pytest.raises(TrainerError, match="parameter-server"):
-        train(small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", learners=2)
+def test_a_negative_learner_count_is_refused(tmp_path: Path, small_data: LabelledData) -> None:
+    with pytest.raises(TrainerError, match="learners"):
+        train(small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", learners=-1)
 
 
 def test_single_class_data_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,128 @@
+"""The engine with K > 1 learner processes: exactly-once accounting, learner deaths, stop and resume.
+
+Runs without early stopping (no validation split) so that the number of applied updates is
+fixed by the plan: every epoch, each learner takes ceil(|its shard| / batch) steps.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from trainer.data import LabelledData
+from trainer.engine import Progress, auto_learners, default_learners, train
+from trainer.errors import TrainingStopped
+from trainer.hparams import HParams
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def planned_updates(rows: int, hparams: HParams, learners: int) -> int:
+    """Updates of a run with no early stopping: every epoch, each learner's ceil(shard / batch)."""
+    per_epoch = sum(math.ceil(len(range(r, rows, learners)) / hparams.batch_size) for r in range(learners))
+    return hparams.max_epochs * per_epoch
+
+
+@pytest.fixture
+def fixed_plan() -> HParams:
+    """No validation split (so no early stopping), 30 epochs of 60 rows in batches of 4."""
+    return HParams(
+        batch_size=4,
+        min_updates=0,
+        max_epochs=30,
+        min_validation_rows=10**9,
+        embedding_dim=8,
+        checkpoint_every_updates=50,
+        checkpoint_every_seconds=3600.0,
+        progress_every_seconds=0.0,
+    )
+
+
+def test_two_learners_apply_every_pushed_gradient_exactly_once(
+    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams
+) -> None:
+    seen: list[Progress] = []
+    result = train(
+        small_data,
+        workdir=tmp_path / "w",
+        out_dir=tmp_path / "m",
+        hparams=fixed_plan,
+        learners=2,
+        on_progress=seen.append,
+    )
+    expected = planned_updates(len(small_data), fixed_plan, 2)
+    assert result.learners == 2
+    assert result.applied_updates == expected
+    assert result.ps["applied"] == result.ps["pushed"] == expected
+    assert result.ps["dropped"] == 0
+    assert sum(result.ps["staleness_histogram"]) == expected  # type: ignore[arg-type]
+    assert seen[-1].learners == 2 and seen[-1].ps is not None and seen[-1].ps["applied"] == expected
+    assert result.metrics["accuracy"] >= 0.9  # type: ignore[operator]
+
+
+def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
+    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams
+) -> None:
+    killed: list[int] = []
+
+    def kill_a_learner(progress: Progress) -> None:
+        if not killed and progress.phase == "training" and progress.step >= 120:
+            learner = multiprocessing.active_children()[0]
+            os.kill(learner.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            killed.append(progress.step)
+
+    result = train(
+        small_data,
+        workdir=tmp_path / "w",
+        out_dir=tmp_path / "m",
+        hparams=fixed_plan,
+        learners=2,
+        on_progress=kill_a_learner,
+    )
+    assert killed, "the run ended before a learner could be killed"
+    # respawned at its cursor, or (had it died holding the apply role) restarted from a checkpoint
+    assert result.ps["respawns"] == 1 or result.resumed == 1
+    expected = planned_updates(len(small_data), fixed_plan, 2)
+    assert result.applied_updates == expected
+    assert result.ps["applied"] == result.ps["pushed"] == expected
+
+
+def test_a_stopped_two_learner_run_resumes_to_the_planned_update_count(
+    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams
+) -> None:
+    calls = 0
+
+    def stop_soon() -> bool:
+        nonlocal calls
+        calls += 1
+        return calls >= 3
+
+    with pytest.raises(TrainingStopped) as stopped:
+        train(
+            small_data,
+            workdir=tmp_path / "w",
+            out_dir=tmp_path / "m",
+            hparams=fixed_plan,
+            learners=2,
+            should_stop=stop_soon,
+        )
+    resumed = train(
+        small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=fixed_plan, learners=7
+    )
+    expected = planned_updates(len(small_data), fixed_plan, 2)
+    assert 0 < stopped.value.applied_updates < expected
+    assert resumed.resumed == 1 and resumed.learners == 2  # the checkpoint's K wins
+    assert resumed.applied_updates == expected
+    assert resumed.ps["applied"] == resumed.ps["pushed"] == expected
+
+
+def test_zero_learners_means_one_per_core_unless_the_data_is_too_small() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert default_learners() == cores
+    assert auto_learners(steps_per_epoch=10_000) == cores
+    assert auto_learners(steps_per_epoch=7) == 1

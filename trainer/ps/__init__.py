@@ -1,0 +1,12 @@
+"""The embedded scale-up shared-memory parameter server (GaDei-style); see docs/parameter-server.md.
+
+``server``: parameters and optimizer state once in shared memory, the apply role, push and
+drain; ``slots``: the bounded gradient slot ring and its state machine; ``counters``: the
+shared counters; ``learner``: one learner's step and its process; ``pool``: the K learners
+of a session, driven in rounds.
+"""
+
+from trainer.ps.counters import PSStats
+from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer, Stopped
+
+__all__ = ["Gradient", "OptimizerConfig", "PSStats", "ParameterServer", "Stopped"]

@@ -1,0 +1,124 @@
+"""Shared int64 counters of one parameter-server session, fastText-style.
+
+One shared tensor of shape (1 + K, FIELDS): row 0 is the server's (written only by the party
+holding the apply role), row 1 + r is learner r's (written only by learner r). A counter
+therefore has exactly one writer at any time and needs no atomic instruction; readers
+(the supervisor, progress) may see a value one update old, never a torn one (aligned int64
+stores are single instructions on every platform torch supports). Python touches them
+through a numpy view: an item store costs ~100 ns where a tensor op costs microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+# Row 0: the server. Written only under the apply role (the apply lock), or by the
+# supervisor while every learner is parked.
+VERSION = 0  # updates applied (the model's version); staleness is measured against it
+APPLIED = 1  # gradients applied (== VERSION within a session; kept apart for clarity)
+DIRECT = 2  # pushes applied on the direct path (the pusher held the apply role; no slot copy)
+DROPPED = 3  # gradients refused by the staleness bound (consumed, counted, not applied)
+APPLY_NS = 4  # nanoseconds spent applying
+BYTES_APPLIED = 5  # gradient bytes applied to the parameters
+STOP = 6  # 1: learners leave at their next check
+PAUSE = 7  # 1: learners park at their next step boundary
+ERROR = 8  # 0 or a learner's rank + 1 that met a non-finite loss
+HIST = 9  # staleness histogram: 0, 1, 2, 3, 4-7, 8-15, 16+ (7 buckets)
+HIST_BUCKETS = 7
+SERVER_FIELDS = HIST + HIST_BUCKETS
+
+# Rows 1..K: one learner each, written only by that learner except CURSOR (see below).
+PUSH_NS = 0  # time in push (slot wait + copy, or the direct apply it did for itself)
+PULL_NS = 1  # time gathering the rows a mini-batch touched
+COMPUTE_NS = 2  # forward + backward
+BYTES_PUSHED = 3  # gradient bytes copied into slots
+BYTES_PULLED = 4  # parameter bytes gathered by pull
+SAMPLES = 5  # examples whose gradient was pushed
+STEPS = 6  # gradients this learner computed (pushed or lost with the learner)
+EPOCH = 7  # command from the supervisor: the epoch to work on
+START = 8  # command from the supervisor: position in the learner's shard to start from
+CURSOR = 9  # position after this learner's last applied gradient: written under the apply role
+DONE = 10  # 1: this learner finished its shard of the epoch; 2: it met a non-finite loss
+PARKED = 11  # 1: this learner is parked (set by it, cleared by the supervisor at each start)
+COPY_NS = 12  # of PUSH_NS: copying gradients into the slot (the PS's data movement, with applies)
+LEARNER_FIELDS = 13
+
+FIELDS = max(SERVER_FIELDS, LEARNER_FIELDS)
+
+
+def staleness_bucket(staleness: int) -> int:
+    """Histogram bucket of a staleness value (0, 1, 2, 3, 4-7, 8-15, 16+)."""
+    if staleness < 4:
+        return max(staleness, 0)
+    if staleness < 8:
+        return 4
+    return 5 if staleness < 16 else 6
+
+
+@dataclass(frozen=True)
+class PSStats:
+    """A snapshot of the counters, JSON-safe, for progress reports and benchmarks."""
+
+    learners: int
+    version: int
+    pushed: int
+    applied: int
+    dropped: int
+    direct: int
+    staleness_histogram: list[int]
+    push_s: float
+    copy_s: float
+    pull_s: float
+    apply_s: float
+    compute_s: float
+    bytes_pushed: int
+    bytes_pulled: int
+    bytes_applied: int
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-safe dict of every field."""
+        return asdict(self)
+
+
+class Counters:
+    """Numpy view of the shared counter tensor; ``tensor`` is what travels to learners."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        self.array = tensor.numpy()
+        self.server = self.array[0]
+        self.learners = tensor.shape[0] - 1
+
+    @classmethod
+    def create(cls, learners: int, shared: bool) -> Counters:
+        """Zeroed counters for ``learners`` learners, in shared memory when ``shared``."""
+        tensor = torch.zeros((1 + learners, FIELDS), dtype=torch.int64)
+        return cls(tensor.share_memory_() if shared else tensor)
+
+    def learner(self, rank: int) -> np.ndarray:
+        """Learner ``rank``'s row (a view: stores go to shared memory)."""
+        return self.array[1 + rank]
+
+    def stats(self, pushed: int) -> PSStats:
+        """Snapshot; ``pushed`` comes from the slot ring (it is counted where it is committed)."""
+        rows, s = self.array[1:], self.server
+        return PSStats(
+            learners=self.learners,
+            version=int(s[VERSION]),
+            pushed=pushed,
+            applied=int(s[APPLIED]),
+            dropped=int(s[DROPPED]),
+            direct=int(s[DIRECT]),
+            staleness_histogram=[int(v) for v in s[HIST : HIST + HIST_BUCKETS]],
+            push_s=float(rows[:, PUSH_NS].sum()) / 1e9,
+            copy_s=float(rows[:, COPY_NS].sum()) / 1e9,
+            pull_s=float(rows[:, PULL_NS].sum()) / 1e9,
+            apply_s=float(s[APPLY_NS]) / 1e9,
+            compute_s=float(rows[:, COMPUTE_NS].sum()) / 1e9,
+            bytes_pushed=int(rows[:, BYTES_PUSHED].sum()),
+            bytes_pulled=int(rows[:, BYTES_PULLED].sum()),
+            bytes_applied=int(s[BYTES_APPLIED]),
+        )

@@ -1,0 +1,107 @@
+"""The CUDA learner pool: K learners as threads of one process, each on its own CUDA stream.
+
+Why not K processes with CUDA IPC: at the small batches a service uses, a GPU step is bound
+by kernel launches, and K processes mean K contexts and K launch queues time-sliced on one
+GPU, which loses to one process (../shared/PERFORMANCE.md). Here the parameters, moments and
+slot payloads live once in device memory and the learners are streams of one process, driven
+through the same slot protocol and the same ParameterServer code (its locks work across
+threads; its ``_sync`` orders the streams around slot hand-offs). One GPU (``cuda`` = the
+current device); more GPUs would be one such process per GPU. Untested on hardware in this
+version: tests/trainer/test_ps_cuda.py skips without CUDA.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+from trainer.errors import TrainerError
+from trainer.ps import counters as C
+from trainer.ps.learner import Learner, ShardData, Task, run_shard
+from trainer.ps.pool import RoundResult, _collect, _losses_tensor
+from trainer.ps.server import ParameterServer, Stopped
+
+PER_GPU_LEARNERS = 4  # K for learners=0 on CUDA: streams per GPU
+
+
+class StreamPool:
+    """K learner threads sharing one GPU; a round starts K threads and joins them."""
+
+    def __init__(
+        self,
+        ps: ParameterServer,
+        task_factory: Callable[[], Task],
+        data: ShardData,
+        batch_size: int,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        self.ps, self.data, self.batch_size, self.seed, self.device = ps, data, batch_size, seed, device
+        self.learners = ps.counters.learners
+        ps.handles.extra["losses"] = _losses_tensor(self.learners, shared=False)
+        self.losses = ps.handles.extra["losses"].numpy()
+        self.workers = [Learner(ps, task_factory(), r) for r in range(self.learners)]
+        self.streams = [torch.cuda.Stream(device=device) for _ in range(self.learners)]
+        self.bags, self.targets = data.bags(), data.targets.numpy()
+        self.errors: list[BaseException] = []
+
+    def _run(self, rank: int, epoch: int, start: int) -> None:
+        from trainer.step import DataCursor
+
+        server = self.ps.server
+        try:
+            with torch.cuda.stream(self.streams[rank]):
+                shard = DataCursor(epoch=epoch, seed=self.seed).shard(len(self.targets), rank, self.learners)
+                run_shard(
+                    self.workers[rank],
+                    self.bags,
+                    self.targets,
+                    shard,
+                    start,
+                    self.batch_size,
+                    self.losses[rank],
+                    lambda: bool(server[C.PAUSE] or server[C.STOP]),
+                    device=self.device,
+                )
+                self.streams[rank].synchronize()
+        except Stopped:
+            pass
+        except BaseException as exc:  # a learner thread's failure fails the session
+            self.errors.append(exc)
+            server[C.PAUSE] = 1
+
+    def run_round(self, epoch: int, positions: list[int], tick: Callable[[], bool]) -> RoundResult:
+        """Run every learner from its position until its shard ends or PAUSE; then drain."""
+        from trainer.step import DataCursor
+
+        ps, server = self.ps, self.ps.server
+        rows = len(self.targets)
+        lengths = [
+            len(DataCursor(epoch=epoch, seed=self.seed).shard(rows, r, self.learners))
+            for r in range(self.learners)
+        ]
+        for rank in range(self.learners):
+            ps.counters.learner(rank)[C.CURSOR] = positions[rank]
+        server[C.PAUSE] = 0
+        threads = [
+            threading.Thread(
+                target=self._run, args=(r, epoch, positions[r]), name=f"taas-learner-{r}", daemon=True
+            )
+            for r in range(self.learners)
+        ]
+        for thread in threads:
+            thread.start()
+        while alive := [t for t in threads if t.is_alive()]:
+            alive[0].join(timeout=0.05)
+            if not server[C.PAUSE] and ((self.losses[:, 1] < 0).any() or tick()):
+                server[C.PAUSE] = 1
+        if self.errors:
+            raise TrainerError(f"a CUDA learner failed: {self.errors[0]!r}") from self.errors[0]
+        ps.drain()
+        torch.cuda.synchronize(self.device)
+        return _collect(ps, self.losses, lengths)
+
+    def close(self) -> None:
+        """Threads end with their round; nothing to stop."""

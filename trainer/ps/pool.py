@@ -1,0 +1,222 @@
+"""The learners of one session, in rounds: start them at their cursors, wait until all park.
+
+A *round* starts every learner at (epoch, its position) and ends when every learner has
+parked: at the end of its shard, or at the first step boundary after the supervisor raised
+PAUSE (a checkpoint, a stop, a learner death). When a round ends, no learner holds a slot or
+the apply role, the supervisor drains the READY slots, and every learner's committed cursor
+equals the position after its last applied gradient: the state is consistent at one version.
+
+``InProcessPool`` (K = 1) runs the single learner in the caller's process (no spawn, no
+copy of anything: the plain loop's speed); ``ProcessPool`` (K > 1) spawns K learner
+processes once per session, before the data is featurised, and drives them through
+go/parked semaphores; ``trainer.ps.cuda.StreamPool`` runs them as CUDA streams.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+from trainer.errors import TrainerError
+from trainer.ps import counters as C
+from trainer.ps.learner import Learner, ShardData, Task, learner_entry, run_shard
+from trainer.ps.server import ParameterServer
+
+MAX_RESPAWNS = 3  # learner deaths survived per session before the job fails (and resumes elsewhere)
+_PARK_TIMEOUT_S = 60.0  # survivors must park this soon after PAUSE, or the session fails
+_TICK_S = 0.05
+
+
+class SuspectState(TrainerError):
+    """A learner died holding the apply role: the in-memory parameters may be half-updated."""
+
+
+@dataclass
+class RoundResult:
+    """What a round left: each learner's committed position and done flag, the losses it saw."""
+
+    positions: list[int]
+    done: list[bool]
+    loss_sum: float
+    loss_count: int
+    nonfinite: float | None  # a non-finite loss met by some learner (never pushed)
+
+
+def _losses_tensor(learners: int, shared: bool) -> torch.Tensor:
+    tensor = torch.zeros((learners, 2), dtype=torch.float64)
+    return tensor.share_memory_() if shared else tensor
+
+
+def _collect(ps: ParameterServer, losses: np.ndarray, shard_lengths: list[int]) -> RoundResult:
+    positions = [int(ps.counters.learner(r)[C.CURSOR]) for r in range(len(shard_lengths))]
+    nonfinite = next((float(row[0]) for row in losses if row[1] < 0), None)
+    result = RoundResult(
+        positions=positions,
+        done=[p >= n for p, n in zip(positions, shard_lengths, strict=True)],
+        loss_sum=float(losses[losses[:, 1] > 0, 0].sum()),
+        loss_count=int(losses[losses[:, 1] > 0, 1].sum()),
+        nonfinite=nonfinite,
+    )
+    losses[:] = 0.0
+    return result
+
+
+class InProcessPool:
+    """K = 1: the learner runs in the supervisor's process; ``tick`` is called after every step."""
+
+    def __init__(self, ps: ParameterServer, task: Task, data: ShardData, batch_size: int, seed: int) -> None:
+        self.ps, self.data, self.batch_size, self.seed = ps, data, batch_size, seed
+        self.learner = Learner(ps, task, 0)
+        ps.handles.extra["losses"] = _losses_tensor(1, shared=False)
+        self.losses = ps.handles.extra["losses"].numpy()
+        self.bags, self.targets = data.bags(), data.targets.numpy()
+
+    learners = 1
+
+    def run_round(self, epoch: int, positions: list[int], tick: Callable[[], bool]) -> RoundResult:
+        """Run from ``positions[0]`` until the shard ends or ``tick()`` asks to park."""
+        from trainer.step import DataCursor
+
+        shard = DataCursor(epoch=epoch, seed=self.seed).shard(len(self.targets), 0, 1)
+        self.ps.counters.learner(0)[C.CURSOR] = positions[0]
+        run_shard(
+            self.learner, self.bags, self.targets, shard, positions[0], self.batch_size, self.losses[0], tick
+        )
+        self.ps.drain()  # nothing is READY with one learner; kept for the invariant's sake
+        return _collect(self.ps, self.losses, [len(shard)])
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+class ProcessPool:
+    """K > 1 spawned learners sharing the server; respawns a learner that dies off the apply role.
+
+    Spawned as soon as K is known, before the data is featurised, so that the learners'
+    interpreter and torch start-up (a second or more each) overlaps the supervisor's
+    preparation; ``start`` then hands them the server through a pipe.
+    """
+
+    def __init__(self, learners: int) -> None:
+        self.learners = learners
+        self.ctx = mp.get_context("spawn")
+        self.apply_lock = self.ctx.Lock()
+        self.publish = [self.ctx.Lock() for _ in range(learners)]
+        self.parked = self.ctx.Semaphore(0)
+        self.go: list[Any] = [None] * learners
+        self.procs: list[Any] = [None] * learners
+        self.conns: list[Any] = [None] * learners
+        self.respawns = 0
+        self.started = False
+        for rank in range(learners):
+            self._spawn(rank)
+
+    def locks(self) -> tuple[Any, list[Any]]:
+        """The apply lock and publish locks the server must be created with."""
+        return self.apply_lock, self.publish
+
+    def start(self, ps: ParameterServer, task: Task, data: ShardData, batch_size: int, seed: int) -> None:
+        """Hand every learner the server, its task and the data; they park, waiting for go."""
+        self.ps, self.task, self.data, self.batch_size, self.seed = ps, task, data, batch_size, seed
+        ps.handles.extra["losses"] = _losses_tensor(self.learners, shared=True)
+        self.losses = ps.handles.extra["losses"].numpy()
+        self.started = True
+        for rank in range(self.learners):
+            self._send(rank)
+
+    def _spawn(self, rank: int) -> None:
+        self.go[rank] = self.ctx.Semaphore(0)  # fresh: a dead learner's unconsumed go must not leak
+        receive, self.conns[rank] = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(
+            target=learner_entry,
+            args=(receive, rank, self.apply_lock, self.publish, self.go[rank], self.parked),
+            name=f"taas-learner-{rank}",
+            daemon=True,
+        )
+        proc.start()
+        receive.close()
+        self.procs[rank] = proc
+
+    def _send(self, rank: int) -> None:
+        self.ps.counters.learner(rank)[C.PARKED] = 1  # a new learner waits for go: it is parked
+        payload = (self.ps.without_locks(), self.task, self.data, self.learners, self.batch_size, self.seed)
+        self.conns[rank].send(payload)
+
+    def run_round(self, epoch: int, positions: list[int], tick: Callable[[], bool]) -> RoundResult:
+        """Start every learner at its position; return when all are parked and slots drained.
+
+        ``tick()`` runs every ~50 ms meanwhile; when it returns true, PAUSE is raised so the
+        learners park at their next step boundary. Raises SuspectState when a learner died
+        holding the apply role, TrainerError after MAX_RESPAWNS deaths.
+        """
+        from trainer.step import DataCursor
+
+        ps, server = self.ps, self.ps.server
+        rows = len(self.data.targets)
+        lengths = [
+            len(DataCursor(epoch=epoch, seed=self.seed).shard(rows, r, self.learners))
+            for r in range(self.learners)
+        ]
+        # Every learner is parked here, so the supervisor is the only writer of these fields.
+        for rank in range(self.learners):
+            mine = ps.counters.learner(rank)
+            mine[C.EPOCH], mine[C.START], mine[C.CURSOR] = epoch, positions[rank], positions[rank]
+            mine[C.DONE], mine[C.PARKED] = 0, 0
+        server[C.PAUSE] = 0
+        for go in self.go:
+            go.release()
+        while not self._all_parked():
+            self.parked.acquire(timeout=_TICK_S)
+            dead = [r for r, p in enumerate(self.procs) if p.exitcode is not None]
+            if dead:
+                self._recover(dead)
+            elif not server[C.PAUSE] and ((self.losses[:, 1] < 0).any() or tick()):
+                server[C.PAUSE] = 1
+        ps.drain()
+        return _collect(ps, self.losses, lengths)
+
+    def _all_parked(self) -> bool:
+        return all(self.ps.counters.learner(r)[C.PARKED] for r in range(self.learners))
+
+    def _recover(self, dead: list[int]) -> None:
+        """A learner died: park the others, then respawn it or declare the state suspect."""
+        self.respawns += len(dead)
+        codes = {r: self.procs[r].exitcode for r in dead}
+        server = self.ps.server
+        server[C.PAUSE] = 1
+        deadline = time.monotonic() + _PARK_TIMEOUT_S
+        alive = [r for r in range(self.learners) if r not in dead]
+        while not all(self.ps.counters.learner(r)[C.PARKED] for r in alive):
+            if time.monotonic() > deadline or any(self.procs[r].exitcode is not None for r in alive):
+                raise SuspectState(
+                    f"learners {sorted(codes)} died (exit codes {codes}) and the others did not park"
+                )
+            self.parked.acquire(timeout=_TICK_S)
+        if not self.ps.recover(dead):
+            raise SuspectState(f"learner(s) {sorted(codes)} died holding the apply role (exit codes {codes})")
+        if self.respawns > MAX_RESPAWNS:
+            raise TrainerError(f"learners died {self.respawns} times in one session (exit codes {codes})")
+        for rank in dead:
+            self._spawn(rank)  # it restarts at its committed cursor with the next round
+            self._send(rank)
+
+    def close(self) -> list[int | None]:
+        """Stop every learner and wait for them; returns their exit codes."""
+        if self.started:
+            self.ps.server[C.STOP] = 1
+        for conn in self.conns:
+            conn.close()  # a learner still waiting for the server sees EOF and leaves
+        for go in self.go:
+            go.release()
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.exitcode is None:
+                proc.kill()
+                proc.join(timeout=10)
+        return [proc.exitcode for proc in self.procs]

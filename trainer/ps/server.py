@@ -1,0 +1,409 @@
+"""ParameterServer: the parameters once in shared memory, the slot ring, the apply role.
+
+There is no server process. The *apply role* is a lock that any learner (or the supervisor)
+takes to apply gradients; whoever holds it applies and releases without ever waiting for
+anything else. A learner pushing a gradient either
+
+* takes the apply role, waiting at most one mean apply (the holder is at most that far from
+  done), and applies its own gradient straight from its local tensors: no slot copy (the
+  *direct* path, the common case), then drains any READY slots other learners left; or
+* finds the role still taken, copies the gradient into its own slot (FREE → FILLING → READY)
+  and goes back to computing; the role holder, or the next learner to take it, applies it.
+
+Every gradient is applied by exactly one party exactly once: a direct gradient by its
+learner inside one critical section; a slot gradient by the holder that moved the slot
+READY → APPLYING, a move only the single holder can make (see trainer/ps/slots.py). The
+step is staleness-aware: learning rate / max(1, staleness), staleness = updates applied
+between the version the gradient was computed against and its apply. docs/parameter-server.md
+argues deadlock freedom and exactly-once in full.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from trainer.ps import counters as C
+from trainer.ps.counters import Counters, PSStats, staleness_bucket
+from trainer.ps.slots import BASE_VERSION, FREE, POSITION, ROWS, SAMPLES, SlotHandles, SlotRing
+
+_HELP_WAIT_S = 0.01  # how long a blocked pusher waits on the apply role before re-checking STOP
+
+
+class Stopped(Exception):
+    """STOP or PAUSE was raised while a learner waited for its slot; it leaves without pushing."""
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The update rule the apply role runs: "adam" (lazy on rows, like SparseAdam) or "sgd"."""
+
+    kind: str = "adam"
+    lr: float = 0.003
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    staleness_bound: int | None = None  # gradients staler than this are dropped (counted)
+    staleness_aware: bool = True  # lr / max(1, staleness); off only where tests count exact sums
+
+
+@dataclass
+class Gradient:
+    """One mini-batch's gradient in push form.
+
+    ``rows``: the sorted unique embedding rows the batch touched (empty when the model has
+    no row parameter); ``values[i]``: for a row parameter, (len(rows), dim) — sparse push;
+    for a dense parameter, its full shape.
+    """
+
+    rows: torch.Tensor
+    values: list[torch.Tensor]
+
+    def nbytes(self) -> int:
+        """Bytes this gradient moves (row ids included)."""
+        return self.rows.numel() * 8 + sum(v.numel() * v.element_size() for v in self.values)
+
+
+@dataclass
+class PSHandles:
+    """Everything a learner process needs to attach to the server (picklable for spawn)."""
+
+    params: list[torch.Tensor]
+    is_rows: list[bool]
+    state: list[torch.Tensor]  # optimizer state: Adam's m and v per parameter; none for SGD
+    optimizer: OptimizerConfig
+    counters: torch.Tensor
+    slots: SlotHandles
+    apply_lock: Any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ParameterServer:
+    """A view of the shared session state with the push, drain and apply operations."""
+
+    def __init__(self, handles: PSHandles) -> None:
+        self.handles = handles
+        self.params = handles.params
+        self.is_rows = handles.is_rows
+        self.state = handles.state
+        self.opt = handles.optimizer
+        self.counters = Counters(handles.counters)
+        self.server = self.counters.server
+        self.slots = SlotRing(handles.slots)
+        self.apply_lock = handles.apply_lock
+        # CUDA: kernels are asynchronous, so a slot's payload is complete only once the
+        # stream that wrote it has finished, and may be refilled only once the stream that
+        # applied it has finished reading. On CPU this is a no-op.
+        on_cuda = self.params[0].is_cuda
+        self._sync = (lambda: torch.cuda.current_stream().synchronize()) if on_cuda else (lambda: None)
+
+    @classmethod
+    def create(
+        cls,
+        params: Sequence[tuple[torch.Tensor, bool]],
+        optimizer: OptimizerConfig,
+        learners: int,
+        max_rows: int,
+        shared: bool,
+        device: torch.device | None = None,
+        locks: tuple[Any, list[Any]] | None = None,
+    ) -> ParameterServer:
+        """A fresh server over copies of ``params`` ((tensor, is_rows) each), version 0.
+
+        ``shared``: put every tensor in shared memory (K > 1 processes); K = 1 runs in-process.
+        ``max_rows``: the most embedding rows one mini-batch can touch (slot capacity).
+        ``device``: CUDA puts parameters, moments and slot payloads in device memory, for
+        learners that are streams of this process (trainer.ps.cuda); ``shared`` must be False.
+        """
+
+        def place(tensor: torch.Tensor) -> torch.Tensor:
+            tensor = tensor.detach().to(device).clone().contiguous()
+            return tensor.share_memory_() if shared else tensor
+
+        tensors = [place(p) for p, _ in params]
+        is_rows = [r for _, r in params]
+        state: list[torch.Tensor] = []
+        if optimizer.kind == "adam":
+            for tensor in tensors:
+                state += [place(torch.zeros_like(tensor)), place(torch.zeros_like(tensor))]
+        elif optimizer.kind != "sgd":
+            raise ValueError(f"unknown optimizer {optimizer.kind!r}")
+        ctx = mp.get_context("spawn")
+        apply_lock, publish = (
+            locks if locks is not None else (ctx.Lock(), [ctx.Lock() for _ in range(learners)])
+        )
+        slots = SlotRing.create(
+            learners,
+            max_rows if any(is_rows) else 0,
+            [(tuple(t.shape), r) for t, r in zip(tensors, is_rows, strict=True)],
+            iter(publish).__next__,
+            shared,
+            device,
+        )
+        return cls(
+            PSHandles(
+                tensors,
+                is_rows,
+                state,
+                optimizer,
+                Counters.create(learners, shared).tensor,
+                slots,
+                apply_lock,
+            )
+        )
+
+    def without_locks(self) -> PSHandles:
+        """The handles minus their locks: what may travel through a pipe after spawn."""
+        return replace(self.handles, apply_lock=None, slots=replace(self.handles.slots, publish=[]))
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def version(self) -> int:
+        """Updates applied so far (a plain read: possibly one update old, never torn)."""
+        return int(self.server[C.VERSION])
+
+    def stats(self) -> PSStats:
+        """Snapshot of the counters; pushed = slot READY counts + direct pushes."""
+        return self.counters.stats(self.slots.pushed() + int(self.server[C.DIRECT]))
+
+    # --- the learner side ------------------------------------------------------------------
+
+    def push(self, rank: int, grad: Gradient, base_version: int, position: int, samples: int) -> None:
+        """Hand ``grad`` (computed against ``base_version``) to the server; it will be applied once.
+
+        ``position``: the learner's shard position after this mini-batch; it becomes the
+        learner's committed cursor when the gradient is applied. Raises Stopped if the
+        session stops while this learner waits for its slot (the gradient is then not pushed).
+        """
+        start = time.perf_counter_ns()
+        mine = self.counters.learner(rank)
+        if self.apply_lock.acquire(block=False) or self.apply_lock.acquire(timeout=self._patience_s()):
+            try:
+                # Direct path: we hold the apply role, so applying our own gradient here is
+                # the one and only apply of it; counted in the same critical section.
+                self._apply(rank, grad.rows, grad.values, base_version, position)
+                self.server[C.DIRECT] += 1
+                self._drain_locked()
+            finally:
+                self.apply_lock.release()
+            mine[C.SAMPLES] += samples
+            mine[C.PUSH_NS] += time.perf_counter_ns() - start
+            return
+        # Our slot is READY or APPLYING from our previous push until the role holder frees it.
+        # Waiting for it, we own no slot and hold no lock; we help by taking the role ourselves.
+        while self.slots.state(rank) != FREE:
+            if self.apply_lock.acquire(timeout=_HELP_WAIT_S):  # the holder never waits: this ends
+                try:
+                    self._drain_locked()
+                finally:
+                    self.apply_lock.release()
+            elif self.server[C.STOP] or self.server[C.PAUSE]:
+                raise Stopped  # not pushed: the cursor stays before this mini-batch
+        self.slots.begin_fill(rank)
+        copy_start = time.perf_counter_ns()
+        count = grad.rows.numel()
+        if count:
+            self.slots.ids[rank, :count].copy_(grad.rows)
+        for i, value in enumerate(grad.values):
+            target = self.slots.values[i][rank]
+            (target[:count] if self.is_rows[i] else target).copy_(value)
+        header = self.slots.header[rank]
+        header[BASE_VERSION], header[POSITION], header[ROWS], header[SAMPLES] = (
+            base_version,
+            position,
+            count,
+            samples,
+        )
+        self._sync()  # CUDA: the copy above has landed before anyone can see READY
+        mine[C.COPY_NS] += time.perf_counter_ns() - copy_start
+        self.slots.publish_ready(rank)  # the push is complete and counted here
+        mine[C.SAMPLES] += samples
+        mine[C.BYTES_PUSHED] += grad.nbytes()
+        if self.apply_lock.acquire(block=False):  # opportunistic: apply it now if no one is
+            try:
+                self._drain_locked()
+            finally:
+                self.apply_lock.release()
+        mine[C.PUSH_NS] += time.perf_counter_ns() - start
+
+    def _patience_s(self) -> float:
+        """How long a pusher waits for the apply role before using its slot: one mean apply.
+
+        The holder is at most one apply from done, so waiting that long usually wins the role
+        and applies directly, which costs less than copying the gradient into a slot and
+        making the holder apply it too (measured: large sparse batches). Bounded at 1 ms.
+        """
+        server = self.server
+        done = int(server[C.APPLIED]) + int(server[C.DROPPED])
+        return min(int(server[C.APPLY_NS]) / max(done, 1) / 1e9, 0.001)
+
+    # --- the apply role ----------------------------------------------------------------------
+
+    def drain(self) -> int:
+        """Take the apply role (blocking) and apply every READY slot; returns how many."""
+        with self.apply_lock:
+            return self._drain_locked()
+
+    def _drain_locked(self) -> int:
+        """Apply every READY slot, oldest base version first. Caller holds the apply role."""
+        ready = [s for s in range(len(self.slots)) if self.slots.take_ready(s)]
+        ready.sort(key=lambda s: int(self.slots.header[s][BASE_VERSION]))
+        for slot in ready:
+            header = self.slots.header[slot]
+            count = int(header[ROWS])
+            values = [
+                self.slots.values[i][slot][:count] if self.is_rows[i] else self.slots.values[i][slot]
+                for i in range(len(self.params))
+            ]
+            self._apply(
+                slot, self.slots.ids[slot, :count], values, int(header[BASE_VERSION]), int(header[POSITION])
+            )
+            self._sync()  # CUDA: the apply has read the payload before the owner may overwrite it
+            self.slots.release(slot)  # APPLYING → FREE: the owner may push again
+        return len(ready)
+
+    def _apply(
+        self, rank: int, rows: torch.Tensor, values: Sequence[torch.Tensor], base_version: int, position: int
+    ) -> None:
+        """Apply one gradient of learner ``rank``. Caller holds the apply role."""
+        start = time.perf_counter_ns()
+        server = self.server
+        staleness = int(server[C.VERSION]) - base_version
+        server[C.HIST + staleness_bucket(staleness)] += 1
+        bound = self.opt.staleness_bound
+        if bound is not None and staleness > bound:
+            server[C.DROPPED] += 1  # consumed and counted, never applied
+        else:
+            lr = self.opt.lr / max(1, staleness) if self.opt.staleness_aware else self.opt.lr
+            step = int(server[C.VERSION]) + 1
+            nbytes = rows.numel() * 8
+            for i, (param, grad) in enumerate(zip(self.params, values, strict=True)):
+                if self.opt.kind == "sgd":
+                    if self.is_rows[i]:
+                        param.index_add_(0, rows, grad, alpha=-lr)
+                    else:
+                        param.add_(grad, alpha=-lr)
+                elif self.is_rows[i]:
+                    _adam_rows(
+                        param, self.state[2 * i], self.state[2 * i + 1], rows, grad, lr, step, self.opt
+                    )
+                else:
+                    _adam_dense(param, self.state[2 * i], self.state[2 * i + 1], grad, lr, step, self.opt)
+                nbytes += grad.numel() * grad.element_size()
+            server[C.BYTES_APPLIED] += nbytes
+            server[C.APPLIED] += 1
+            server[C.VERSION] += 1
+        # The learner's committed cursor moves with the apply (or the drop) of its gradient,
+        # under the same role: a checkpoint never sees one without the other.
+        self.counters.learner(rank)[C.CURSOR] = position
+        server[C.APPLY_NS] += time.perf_counter_ns() - start
+
+    # --- recovery (caller makes sure every learner is parked or gone) ----------------------
+
+    def recover(self, dead: Sequence[int]) -> bool:
+        """After learners ``dead`` died, with every other learner parked: repair or give up.
+
+        Returns True when the state is consistent: the apply role was free (no survivor holds
+        it while parked, so a taken role means a dead learner held it, possibly mid-apply),
+        the dead learners' slots are usable again and every READY slot is applied, so every
+        completed push has been applied exactly once. Returns False when a dead learner held
+        the apply role: the parameters may be half-updated and only a checkpoint is trusted.
+        """
+        if not self.apply_lock.acquire(block=False):
+            return False
+        self.apply_lock.release()
+        for rank in dead:
+            self.slots.recover(rank)
+        self.drain()
+        return True
+
+    # --- checkpoints (caller makes sure every learner is parked or gone) ---------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Copies (in host memory) of the parameters and the optimizer state at the current version."""
+        with self.apply_lock:
+            if self.params[0].is_cuda:
+                torch.cuda.synchronize()  # every learner stream's applies have landed
+            return {
+                "kind": self.opt.kind,
+                "params": [p.detach().cpu().clone() for p in self.params],
+                "state": [s.detach().cpu().clone() for s in self.state],
+                "version": self.version(),
+            }
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Load a snapshot() into the shared tensors in place (learners keep their views)."""
+        with self.apply_lock:
+            for target, source in zip(self.params, saved["params"], strict=True):
+                target.copy_(source)
+            if saved["kind"] == self.opt.kind:
+                for target, source in zip(self.state, saved["state"], strict=True):
+                    target.copy_(source)
+            self.server[C.VERSION] = int(saved["version"])
+
+
+def _fused_adam(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    m: list[torch.Tensor],
+    v: list[torch.Tensor],
+    lr: float,
+    step: int,
+    opt: OptimizerConfig,
+) -> None:
+    """torch's fused Adam kernel, in place (one pass instead of eight elementwise ops)."""
+    b1, b2 = opt.betas
+    steps = [torch.tensor(float(step)) for _ in params]
+    torch._fused_adam_(
+        params,
+        grads,
+        m,
+        v,
+        [],
+        steps,
+        lr=lr,
+        beta1=b1,
+        beta2=b2,
+        weight_decay=0.0,
+        eps=opt.eps,
+        amsgrad=False,
+        maximize=False,
+    )
+
+
+def _adam_rows(
+    param: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    rows: torch.Tensor,
+    grad: torch.Tensor,
+    lr: float,
+    step: int,
+    opt: OptimizerConfig,
+) -> None:
+    """Lazy Adam on the touched rows only (SparseAdam's rule): untouched rows keep their moments.
+
+    Gather the rows of the parameter and both moments, one fused Adam step, scatter back
+    (``rows`` are unique, so index_copy_ writes each row once).
+    """
+    p_rows, m_rows, v_rows = param.index_select(0, rows), m.index_select(0, rows), v.index_select(0, rows)
+    _fused_adam([p_rows], [grad.contiguous()], [m_rows], [v_rows], lr, step, opt)
+    param.index_copy_(0, rows, p_rows)
+    m.index_copy_(0, rows, m_rows)
+    v.index_copy_(0, rows, v_rows)
+
+
+def _adam_dense(
+    param: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    grad: torch.Tensor,
+    lr: float,
+    step: int,
+    opt: OptimizerConfig,
+) -> None:
+    _fused_adam([param], [grad.contiguous()], [m], [v], lr, step, opt)

@@ -606,7 +606,10 @@ def checkpoint_write_failure(folder: Path, flavour: str = "embedded") -> Outcome
     fails the write like a full or read-only disk would, even for root): the previous checkpoint
     stays intact, the attempt fails, and the retry resumes from that checkpoint."""
     outcome = Outcome("checkpoint_write_failure", flavour)
-    with platform(folder, flavour) as up:
+    # One learner: the scenario must know the version of the next checkpoint to block its temp
+    # file, and only K = 1 checkpoints at exact multiples of the interval (K learners end their
+    # rounds a few updates apart).
+    with platform(folder, flavour, TAAS_LEARNERS="1") as up:
         tenant_id, client = up.tenant()
         classifier_id = create_classifier(client, long_csv())
         wait_step(client, classifier_id, checkpoints=1)

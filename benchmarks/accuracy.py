@@ -1,17 +1,30 @@
-"""Accuracy of taas against TF-IDF peers on labelled-text dataset folders.
+"""Accuracy, calibration and serving limits of taas against fastText and TF-IDF peers.
 
-    python benchmarks/accuracy.py DATASET_DIR... [--json] [--learners K[,K...]]
+    python benchmarks/accuracy.py DATASET_DIR... [--json] [--learners K[,K...]] [--no-peers]
+    python benchmarks/accuracy.py --stress [--json]
 
 Each DATASET_DIR holds train.csv and test.csv (header text,label). For each folder this
-trains taas (trainer.train, in-process, DEFAULT_HPARAMS) and two scikit-learn peers on
-TF-IDF word 1-2 + char_wb 2-5 grams (sublinear TF): LogisticRegression(C=10,
-max_iter=2000) and LinearSVC(C=1); then evaluates all three on test.csv. With --json it
-prints one JSON line per dataset and system: dataset, system, accuracy, macro_f1, ece
-(top-1 expected calibration error, 15 bins; null for the SVM, which gives no
-probabilities), train_s (wall seconds to fit), model_bytes (model directory size for
-taas, pickled pipeline size for the peers). Without --json, a readable table.
-``--learners 1,2`` trains taas once per K (system ``taas-k1``, ``taas-k2``; the default,
-one K of 1, keeps the system name ``taas``), to compare accuracy across learner counts.
+trains taas (trainer.train, DEFAULT_HPARAMS, K = 1 in-process unless --learners says
+otherwise) and three peers, then evaluates all of them on test.csv, side by side in one run:
+
+* ``fasttext``: fastText's supervised classifier (the ``fasttext-wheel`` bindings) as
+  tuned in shared/data/BASELINES.md: 25 epochs, lr 0.5, word bigrams, char 2-5 grams,
+  one thread, seed 0, lower-cased text. Skipped with a message on stderr when the
+  package is not installed.
+* ``tfidf_lr`` / ``tfidf_svm``: scikit-learn TF-IDF word 1-2 + char_wb 2-5 grams
+  (sublinear TF) into LogisticRegression(C=10, max_iter=2000) or LinearSVC(C=1).
+
+With --json it prints one JSON line per dataset and system: dataset, system, accuracy,
+macro_f1, ece (top-1 expected calibration error, 15 bins; null for the SVM, which gives no
+probabilities), train_s (wall seconds to fit), model_bytes (model directory size for taas,
+the saved model file for fastText, the pickled pipeline for the TF-IDF peers) and load_s
+(cold load of the saved model, the import already done). Without --json, a readable table.
+``--learners 1,2`` trains taas once per K (system ``taas-k1``, ``taas-k2``; the default, one
+K of 1, keeps the system name ``taas``).
+
+``--stress`` trains taas alone on generated data of 20,000 rows and 3,000 classes (and
+on one of 5 classes with 1 or 2 examples each): the large and tiny ends the trainer must
+survive without divergence, NaN or unbounded time. Its rows score the training data.
 """
 
 from __future__ import annotations
@@ -19,9 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import random
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -32,7 +48,7 @@ from sklearn.svm import LinearSVC
 from trainer import LabelledData, LoadedModel, read_labelled_csv, train
 from trainer.evaluate import classification_report, expected_calibration_error
 
-SYSTEMS = ("taas", "tfidf-logreg", "tfidf-svm")
+PEERS = ("fasttext", "tfidf_lr", "tfidf_svm")
 
 
 def dataset_name(folder: Path) -> str:
@@ -48,6 +64,7 @@ def _row(
     confidence: list[float] | None,
     train_s: float,
     model_bytes: int,
+    load_s: float,
 ) -> dict[str, object]:
     report = classification_report(test.labels, predicted)
     ece = None
@@ -62,6 +79,7 @@ def _row(
         "ece": ece,
         "train_s": round(train_s, 2),
         "model_bytes": model_bytes,
+        "load_s": round(load_s, 4),
     }
 
 
@@ -70,32 +88,86 @@ def run_taas(
 ) -> dict[str, object]:
     """Train (with ``learners`` learners) and evaluate taas in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="taas-bench-") as tmp:
+        model_dir = Path(tmp) / "model"
         started = time.perf_counter()
-        train(train_data, workdir=Path(tmp) / "work", out_dir=Path(tmp) / "model", learners=learners)
+        train(train_data, workdir=Path(tmp) / "work", out_dir=model_dir, learners=learners)
         train_s = time.perf_counter() - started
-        model_bytes = sum(p.stat().st_size for p in (Path(tmp) / "model").iterdir())
-        scores = LoadedModel.load(Path(tmp) / "model").classify(test.texts)
-    return _row(
-        dataset, system, test, [s[0][0] for s in scores], [s[0][1] for s in scores], train_s, model_bytes
-    )
+        model_bytes = sum(p.stat().st_size for p in model_dir.iterdir())
+        started = time.perf_counter()
+        model = LoadedModel.load(model_dir)
+        load_s = time.perf_counter() - started
+        scores = model.classify(test.texts)
+    predicted, confidence = [s[0][0] for s in scores], [s[0][1] for s in scores]
+    return _row(dataset, system, test, predicted, confidence, train_s, model_bytes, load_s)
 
 
-def run_peer(dataset: str, system: str, train_data: LabelledData, test: LabelledData) -> dict[str, object]:
-    """Train and evaluate one TF-IDF peer ('tfidf-logreg' or 'tfidf-svm')."""
+def _fasttext_line(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def run_fasttext(dataset: str, train_data: LabelledData, test: LabelledData) -> dict[str, object] | None:
+    """Train and evaluate fastText; None (and a message on stderr) when it is not installed."""
+    try:
+        import fasttext
+    except ImportError:
+        print("fasttext peer skipped: `pip install fasttext-wheel` to include it", file=sys.stderr)
+        return None
+    labels = sorted(set(train_data.labels))
+    label_of = {f"__label__{i}": label for i, label in enumerate(labels)}  # labels may hold spaces
+    token = {label: key for key, label in label_of.items()}
+    with tempfile.TemporaryDirectory(prefix="fasttext-bench-") as tmp:
+        corpus = Path(tmp) / "train.txt"
+        corpus.write_text(
+            "".join(
+                f"{token[y]} {_fasttext_line(x)}\n"
+                for x, y in zip(train_data.texts, train_data.labels, strict=True)
+            ),
+            encoding="utf-8",
+        )
+        options: dict[str, Any] = {"epoch": 25, "lr": 0.5, "wordNgrams": 2, "minn": 2, "maxn": 5}
+        options.update(thread=1, seed=0, verbose=0)
+        started = time.perf_counter()
+        model = fasttext.train_supervised(str(corpus), **options)
+        train_s = time.perf_counter() - started
+        saved = Path(tmp) / "model.bin"
+        model.save_model(str(saved))
+        started = time.perf_counter()
+        model = fasttext.load_model(str(saved))
+        load_s = time.perf_counter() - started
+        # model.f.predict, not model.predict: the 0.9.2 wrapper's np.array(copy=False) fails on numpy 2
+        top = [model.f.predict(_fasttext_line(text) + "\n", 1, 0.0, "strict")[0] for text in test.texts]
+        return _row(
+            dataset,
+            "fasttext",
+            test,
+            [label_of[name] for _, name in top],
+            [min(1.0, float(p)) for p, _ in top],
+            train_s,
+            saved.stat().st_size,
+            load_s,
+        )
+
+
+def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: LabelledData) -> dict[str, object]:
+    """Train and evaluate one TF-IDF peer ('tfidf_lr' or 'tfidf_svm')."""
     features = make_union(
         TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
         TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True),
     )
-    linear = LogisticRegression(C=10, max_iter=2000) if system == "tfidf-logreg" else LinearSVC(C=1)
+    linear = LogisticRegression(C=10, max_iter=2000) if system == "tfidf_lr" else LinearSVC(C=1)
     pipeline = make_pipeline(features, linear)
     started = time.perf_counter()
     pipeline.fit(train_data.texts, train_data.labels)
     train_s = time.perf_counter() - started
+    blob = pickle.dumps(pipeline)
+    started = time.perf_counter()
+    pipeline = pickle.loads(blob)
+    load_s = time.perf_counter() - started
     predicted = [str(p) for p in pipeline.predict(test.texts)]
     confidence = None
-    if system == "tfidf-logreg":
+    if system == "tfidf_lr":
         confidence = np.max(pipeline.predict_proba(test.texts), axis=1).tolist()
-    return _row(dataset, system, test, predicted, confidence, train_s, len(pickle.dumps(pipeline)))
+    return _row(dataset, system, test, predicted, confidence, train_s, len(blob), load_s)
 
 
 def benchmark(folder: Path, learners: tuple[int, ...] = (1,), peers: bool = True) -> list[dict[str, object]]:
@@ -107,36 +179,68 @@ def benchmark(folder: Path, learners: tuple[int, ...] = (1,), peers: bool = True
         run_taas(dataset, train_data, test, k, "taas" if learners == (1,) else f"taas-k{k}") for k in learners
     ]
     if peers:
-        rows += [run_peer(dataset, system, train_data, test) for system in SYSTEMS[1:]]
+        fasttext_row = run_fasttext(dataset, train_data, test)
+        rows += [fasttext_row] if fasttext_row is not None else []
+        rows += [run_tfidf(dataset, system, train_data, test) for system in PEERS[1:]]
+    return rows
+
+
+def stress_data(rows: int, classes: int, seed: int = 0) -> LabelledData:
+    """``rows`` short texts over ``classes`` classes, each class with its own three key words."""
+    rng = random.Random(seed)
+    filler = [f"w{i}" for i in range(2000)]
+    texts, labels = [], []
+    for i in range(rows):
+        label = i % classes
+        words = [f"k{label}x{j}" for j in range(3)] + rng.sample(filler, 6)
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+        labels.append(f"class {label}")
+    return LabelledData(texts, labels)
+
+
+def stress(learners: int) -> list[dict[str, object]]:
+    """taas on the two ends of the size range, scored on its own training data."""
+    rows = []
+    for name, data in (("stress-20000x3000", stress_data(20_000, 3_000)), ("stress-8x5", stress_data(8, 5))):
+        rows.append(run_taas(name, data, data, learners))
     return rows
 
 
 def _table(rows: list[dict[str, object]]) -> str:
     header = (
-        f"{'dataset':<20} {'system':<13} {'accuracy':>8} {'macro_f1':>8} {'ece':>6} {'train_s':>8} "
-        f"{'model_bytes':>12}"
+        f"{'dataset':<20} {'system':<10} {'accuracy':>8} {'macro_f1':>8} {'ece':>6} {'train_s':>8} "
+        f"{'model_bytes':>12} {'load_s':>7}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
         ece = "-" if r["ece"] is None else f"{r['ece']:.3f}"
         lines.append(
-            f"{r['dataset']:<20} {r['system']:<13} {r['accuracy']:>8.3f} {r['macro_f1']:>8.3f} {ece:>6} "
-            f"{r['train_s']:>8.2f} {r['model_bytes']:>12,}"
+            f"{r['dataset']:<20} {r['system']:<10} {r['accuracy']:>8.3f} {r['macro_f1']:>8.3f} {ece:>6} "
+            f"{r['train_s']:>8.2f} {r['model_bytes']:>12,} {r['load_s']:>7.3f}"
         )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("datasets", nargs="+", type=Path, help="folders holding train.csv and test.csv")
+    parser.add_argument("datasets", nargs="*", type=Path, help="folders holding train.csv and test.csv")
     parser.add_argument("--json", action="store_true", help="one JSON line per dataset and system")
-    parser.add_argument("--learners", default="1", help="comma-separated K values for taas (0 = cores)")
-    parser.add_argument("--no-peers", action="store_true", help="taas only, skip the scikit-learn peers")
+    parser.add_argument("--learners", default="1", help="comma-separated K values for taas (0 = auto)")
+    parser.add_argument("--no-peers", action="store_true", help="taas only, skip the peers")
+    parser.add_argument(
+        "--stress", action="store_true", help="taas on 20,000 rows x 3,000 classes and on 8 rows"
+    )
     args = parser.parse_args()
+    if not args.datasets and not args.stress:
+        parser.error("name at least one DATASET_DIR, or --stress")
     learners = tuple(int(k) for k in args.learners.split(","))
+    runs = [lambda folder=folder: benchmark(folder, learners, not args.no_peers) for folder in args.datasets]
+    if args.stress:
+        runs.append(lambda: stress(learners[0]))
     rows: list[dict[str, object]] = []
-    for folder in args.datasets:
-        for row in benchmark(folder, learners, peers=not args.no_peers):
+    for run in runs:
+        for row in run():
             rows.append(row)
             if args.json:
                 print(json.dumps(row), flush=True)

@@ -108,3 +108,24 @@ def stratified_split(labels: list[str], fraction: float, seed: int) -> tuple[np.
     is_validation[validation] = True
     everything = np.arange(len(labels), dtype=np.int64)
     return everything[~is_validation], everything[is_validation]
+
+
+def stratified_folds(labels: list[str], folds: int, seed: int) -> np.ndarray:
+    """Seeded stratified fold number (0..folds-1) of each example.
+
+    Each class's examples, shuffled, are dealt round the folds, starting where the previous
+    class stopped, so folds differ in size by at most one and a class with fewer examples
+    than folds lands in as many different folds as it has examples. Depends only on
+    (labels, folds, seed).
+    """
+    rng = np.random.default_rng(seed)
+    by_class: dict[str, list[int]] = {}
+    for index, label in enumerate(labels):
+        by_class.setdefault(label, []).append(index)
+    fold_of = np.zeros(len(labels), dtype=np.int64)
+    dealt = 0
+    for label in sorted(by_class):
+        members = rng.permutation(np.asarray(by_class[label], dtype=np.int64))
+        fold_of[members] = (dealt + np.arange(len(members))) % folds
+        dealt += len(members)
+    return fold_of

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,12 +33,13 @@ import torch
 import torch.nn.functional as F
 
 from trainer import checkpoint as ckpt
-from trainer.data import LabelledData, check_trainable, stratified_split
+from trainer.calibration import calibrate, top1_ece
+from trainer.data import LabelledData, check_trainable, stratified_folds, stratified_split
 from trainer.errors import NonFiniteLoss, TrainerError, TrainingStopped
 from trainer.evaluate import classification_report
 from trainer.features import Bags, Featurizer, FeaturizerConfig
 from trainer.hparams import DEFAULT_HPARAMS, HParams
-from trainer.inference import bag_tensors, save_model
+from trainer.inference import LoadedModel, bag_tensors, save_model
 from trainer.model import ModelConfig, TextClassifier
 from trainer.progress import Progress, ProgressReporter
 from trainer.ps import counters as C
@@ -96,8 +98,9 @@ def _prepare(data: LabelledData, hparams: HParams, fingerprint: str) -> _Prepare
     validation set of a handful of rows measures noise (one example is several points of
     accuracy), early stopping on it stops at random, and holding those rows out costs the
     model a large share of what it could learn. Then the model trains on all the data for
-    a fixed number of updates instead; a linear model over normalised TF-IDF features
-    does not overfit badly with more updates, so the fixed budget errs on the long side.
+    a fixed number of updates instead (a linear model over normalised TF-IDF features
+    does not overfit badly with more updates, so the fixed budget errs on the long side),
+    and its held-out scores come from cross-fitting (_cross_fit).
     """
     labels = data.classes
     class_id = {label: i for i, label in enumerate(labels)}
@@ -253,12 +256,16 @@ def _restore(saved: dict[str, Any], ps: ParameterServer) -> _LoopState:
     )
 
 
-def _validate(model: TextClassifier, bags: Bags, targets: np.ndarray) -> tuple[float, float]:
+def _logits(model: TextClassifier, bags: Bags) -> torch.Tensor:
     device = model.output.weight.device
     with torch.no_grad():
-        logits = model(*(t.to(device) for t in bag_tensors(bags))).cpu()
-        loss = float(F.cross_entropy(logits, torch.from_numpy(targets)))
-        accuracy = float((logits.argmax(dim=1).numpy() == targets).mean())
+        return model(*(t.to(device) for t in bag_tensors(bags))).cpu()
+
+
+def _validate(model: TextClassifier, bags: Bags, targets: np.ndarray) -> tuple[float, float]:
+    logits = _logits(model, bags)
+    loss = float(F.cross_entropy(logits, torch.from_numpy(targets)))
+    accuracy = float((logits.argmax(dim=1).numpy() == targets).mean())
     return accuracy, loss
 
 
@@ -331,6 +338,7 @@ def train(
                     on_progress=on_progress,
                     should_stop=should_stop,
                     device=torch.device(device),
+                    cross_fit=True,
                 )
             except SuspectState as exc:
                 if attempt == MAX_RESTARTS:
@@ -365,7 +373,9 @@ def _train(
     on_progress: Callable[[Progress], None],
     should_stop: Callable[[], bool],
     device: torch.device,
+    cross_fit: bool,
 ) -> TrainResult:
+    """One training session (see train); ``cross_fit`` False trains a fold model of _cross_fit."""
     check_trainable(data)
     on_cuda = device.type == "cuda"
     session_start = time.monotonic()
@@ -425,6 +435,9 @@ def _train(
             ps, pool, state, hparams, prepared, workdir, on_progress, should_stop, session_start
         )
         session.run(model)
+        cross_fitting = cross_fit and prepared.validation_bags is None and hparams.cross_fit_folds > 1
+        if cross_fitting:  # a stop while the folds train resumes here, not from mid-training
+            session.save_checkpoint()
     finally:
         codes = pool.close() if pool is not None else None
     if any(code not in (0, None) for code in codes or []):
@@ -434,7 +447,16 @@ def _train(
     if state.best_weights is not None:
         model.load_state_dict(state.best_weights)
     model.cpu()  # CUDA: evaluate and save from host memory (a no-op on CPU)
-    metrics = _final_metrics(model, prepared, data)
+    try:
+        logits, targets, evaluated_on = (
+            _cross_fit(data, prepared.labels, hparams, should_stop)
+            if cross_fitting
+            else _held_out(model, prepared)
+        )
+    except TrainingStopped:
+        raise TrainingStopped(ps.version(), state.last_checkpoint) from None
+    temperature = calibrate(logits, targets) if evaluated_on != "training" else 1.0
+    metrics = _final_metrics(logits, targets, prepared.labels, evaluated_on, temperature)
     session.report("saving")
     state.train_seconds += time.monotonic() - session.accounted
     epochs = min(state.epoch - 1, prepared.max_epochs)
@@ -444,8 +466,10 @@ def _train(
         model,
         prepared.featurizer,
         prepared.labels,
+        temperature,
         {
             "hparams": hparams.as_dict(),
+            "temperature": temperature,
             "metrics": metrics,
             "applied_updates": ps.version(),
             "epochs": epochs,
@@ -568,15 +592,72 @@ class _Session:
         )
 
 
-def _final_metrics(model: TextClassifier, prepared: _Prepared, data: LabelledData) -> dict[str, object]:
-    """Metrics on the validation split, or on the training data when there was no split."""
+def _held_out(model: TextClassifier, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray, str]:
+    """Logits and targets of the validation split, or of the training data when there is none."""
     if prepared.validation_bags is not None and prepared.validation_targets is not None:
         bags, targets, evaluated_on = prepared.validation_bags, prepared.validation_targets, "validation"
     else:
         bags, targets, evaluated_on = prepared.train_bags, prepared.train_targets, "training"
-    with torch.no_grad():
-        predicted = model(*bag_tensors(bags)).argmax(dim=1).tolist()
-    labels = prepared.labels
+    return _logits(model, bags).numpy(), targets, evaluated_on
+
+
+def _cross_fit(
+    data: LabelledData, labels: list[str], hparams: HParams, should_stop: Callable[[], bool]
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Out-of-fold logits of every example, for data too small to hold a validation split out.
+
+    Each of ``cross_fit_folds`` stratified folds is scored by a model trained exactly like
+    the final one (same hparams, same fixed update budget) on the other folds, with K = 1
+    and without checkpoints: about five times the final model's training time, which on
+    data this small is seconds (the budget is fixed, so the time is bounded too). The
+    fold models are a little weaker than the final one (80 % of the data), so the metrics
+    err on the low side and the temperature on the cautious one. A class a fold model never
+    saw gets -inf logits: its held-out example counts as an error and is left out of the
+    temperature fit. A stop request raises TrainingStopped (the caller points it at the
+    final model's checkpoint, from where the folds run again).
+    """
+    folds = stratified_folds(data.labels, hparams.cross_fit_folds, hparams.seed)
+    column = {label: i for i, label in enumerate(labels)}
+    targets = np.asarray([column[label] for label in data.labels], dtype=np.int64)
+    logits = np.full((len(data), len(labels)), -np.inf)
+    quiet = HParams.from_dict(
+        {**hparams.as_dict(), "checkpoint_every_updates": 1 << 62, "checkpoint_every_seconds": math.inf}
+    )
+    for fold in range(hparams.cross_fit_folds):
+        held = np.flatnonzero(folds == fold)
+        kept = np.flatnonzero(folds != fold)
+        fold_data = LabelledData([data.texts[i] for i in kept], [data.labels[i] for i in kept])
+        if len(held) == 0 or len(fold_data.classes) < 2:
+            logits[held] = 0.0  # no model can be trained without this fold: uniform scores
+            continue
+        with tempfile.TemporaryDirectory(prefix="taas-fold-") as tmp:
+            _train(
+                fold_data,
+                workdir=Path(tmp) / "work",
+                out_dir=Path(tmp) / "model",
+                hparams=quiet,
+                learners=1,
+                on_progress=lambda p: None,
+                should_stop=should_stop,
+                device=torch.device("cpu"),
+                cross_fit=False,
+            )
+            fold_model = LoadedModel.load(Path(tmp) / "model")
+        held_bags = fold_model.featurizer.transform([data.texts[i] for i in held])
+        with torch.no_grad():
+            fold_logits = fold_model.model(*bag_tensors(held_bags)).numpy().astype(np.float64)
+        logits[np.ix_(held, [column[label] for label in fold_model.labels])] = fold_logits
+    return logits, targets, "cross-validation"
+
+
+def _final_metrics(
+    logits: np.ndarray, targets: np.ndarray, labels: list[str], evaluated_on: str, temperature: float
+) -> dict[str, object]:
+    """The classification report of held-out logits, with ECE before and after calibration."""
+    predicted = logits.argmax(axis=1).tolist()
     report = classification_report([labels[t] for t in targets.tolist()], [labels[p] for p in predicted])
+    report["ece_uncalibrated"] = top1_ece(logits, targets)
+    report["ece"] = top1_ece(logits, targets, temperature)
+    report["temperature"] = temperature
     report["evaluated_on"] = evaluated_on
     return report

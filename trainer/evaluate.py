@@ -6,12 +6,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
+MAX_CONFUSION_CLASSES = 100
+
 
 def classification_report(true: Sequence[str], predicted: Sequence[str]) -> dict[str, object]:
     """Accuracy, macro-F1, n, per-class {precision, recall, f1, support} and the confusion matrix.
 
     Classes are the union of true and predicted labels, sorted; macro-F1 averages over
-    them (as scikit-learn does). The confusion matrix has true labels as rows.
+    them (as scikit-learn does). The confusion matrix has true labels as rows. It grows with
+    the square of the classes (3,000 classes: 9 M cells, 100 MB of model.json), so beyond
+    MAX_CONFUSION_CLASSES it keeps the classes most involved in errors (then the most
+    frequent), in label order, and says ``"truncated": true``.
     Raises ValueError when the two sequences differ in length.
     """
     if len(true) != len(predicted):
@@ -36,7 +41,20 @@ def classification_report(true: Sequence[str], predicted: Sequence[str]) -> dict
         "macro_f1": float(np.mean(f1s)) if f1s else 0.0,
         "n": n,
         "per_class": per_class,
-        "confusion": {"labels": labels, "matrix": matrix.tolist()},
+        "confusion": _confusion(labels, matrix),
+    }
+
+
+def _confusion(labels: list[str], matrix: np.ndarray) -> dict[str, object]:
+    if len(labels) <= MAX_CONFUSION_CLASSES:
+        return {"labels": labels, "matrix": matrix.tolist()}
+    errors = matrix.sum(axis=0) + matrix.sum(axis=1) - 2 * np.diag(matrix)
+    volume = matrix.sum(axis=0) + matrix.sum(axis=1)
+    keep = np.sort(np.lexsort((-volume, -errors))[:MAX_CONFUSION_CLASSES])
+    return {
+        "labels": [labels[i] for i in keep],
+        "matrix": matrix[np.ix_(keep, keep)].tolist(),
+        "truncated": True,
     }
 
 

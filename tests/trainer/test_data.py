@@ -3,9 +3,16 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from trainer.data import LabelledData, check_trainable, read_labelled_csv, stratified_split
+from trainer.data import (
+    LabelledData,
+    check_trainable,
+    read_labelled_csv,
+    stratified_folds,
+    stratified_split,
+)
 from trainer.errors import InvalidTrainingData
 
 
@@ -60,3 +67,15 @@ def test_stratified_split_is_seeded_and_keeps_rare_classes_in_training() -> None
     assert sorted(train_a.tolist() + validation_a.tolist()) == list(range(len(labels)))
     _, other = stratified_split(labels, 0.1, seed=4)
     assert other.tolist() != validation_a.tolist()
+
+
+def test_stratified_folds_are_balanced_seeded_and_spread_rare_classes() -> None:
+    labels = ["a"] * 11 + ["b"] * 7 + ["c"] * 2 + ["d"]
+    folds = stratified_folds(labels, 5, seed=3)
+    assert np.array_equal(folds, stratified_folds(labels, 5, seed=3))
+    sizes = np.bincount(folds, minlength=5)
+    assert sizes.max() - sizes.min() <= 1
+    assert len({int(folds[i]) for i, label in enumerate(labels) if label == "c"}) == 2
+    for label in "ab":
+        per_fold = Counter(int(folds[i]) for i, y in enumerate(labels) if y == label)
+        assert max(per_fold.values()) - min(per_fold.values()) <= 1 and len(per_fold) == 5

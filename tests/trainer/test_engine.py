@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -125,3 +126,56 @@ def test_a_checkpoint_of_other_data_is_not_resumed(
     other = LabelledData(small_data.texts[:-1], small_data.labels[:-1])
     with pytest.raises(TrainerError, match="different training data"):
         train(other, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams)
+
+
+def _without_split(hparams: HParams) -> HParams:
+    return dataclasses.replace(hparams, min_validation_rows=10_000, min_updates=60)
+
+
+def test_data_too_small_to_split_is_scored_by_cross_fitting_and_calibrated(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
+) -> None:
+    result = train(
+        small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=_without_split(quick_hparams)
+    )
+    metrics = result.metrics
+    assert metrics["evaluated_on"] == "cross-validation" and metrics["n"] == len(small_data)
+    assert 0.05 <= metrics["temperature"] <= 20.0  # type: ignore[operator]
+    assert metrics["ece"] <= metrics["ece_uncalibrated"]  # type: ignore[operator]
+    saved = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert saved["temperature"] == metrics["temperature"]
+
+
+def test_a_stop_while_cross_fitting_resumes_to_the_uninterrupted_model(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
+) -> None:
+    hparams = _without_split(quick_hparams)
+    reference = train(small_data, workdir=tmp_path / "ref-work", out_dir=tmp_path / "ref", hparams=hparams)
+    with pytest.raises(TrainingStopped) as stopped:
+        train(
+            small_data,
+            workdir=tmp_path / "work",
+            out_dir=tmp_path / "out",
+            hparams=hparams,
+            should_stop=_stop_after(reference.applied_updates + 30),  # inside the first fold
+        )
+    assert stopped.value.applied_updates == reference.applied_updates
+    resumed = train(small_data, workdir=tmp_path / "work", out_dir=tmp_path / "out", hparams=hparams)
+    assert resumed.metrics == reference.metrics
+    expected, actual = _weights(tmp_path / "ref"), _weights(tmp_path / "out")
+    assert all(torch.equal(expected[k], actual[k]) for k in expected)
+
+
+@pytest.mark.parametrize("rows_per_class", [[1, 2, 5], [1, 1]], ids=["one-two-five", "one-one"])
+def test_classes_with_one_or_two_examples_train_to_finite_weights(
+    tmp_path: Path, quick_hparams: HParams, rows_per_class: list[int]
+) -> None:
+    texts, labels = [], []
+    for label, count in zip(("alpha", "beta", "gamma"), rows_per_class, strict=False):
+        texts += [f"{label} word number {i}" for i in range(count)]
+        labels += [label] * count
+    result = train(
+        LabelledData(texts, labels), workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams
+    )
+    assert result.metrics["evaluated_on"] == "cross-validation"
+    assert all(torch.isfinite(t.float()).all() for t in _weights(tmp_path / "m").values())

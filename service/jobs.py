@@ -15,14 +15,16 @@ says whether it won, and its timeline event is added in the same transaction. A 
 ``epoch``; every later write by that worker (lease renewal, progress, checkpoint pointer,
 final model, failure) carries the epoch it got, so a worker that lost its lease (the reconciler
 requeued the job, another worker claimed it, or the tenant cancelled it) writes nothing. Only
-a queued job whose back-off has passed (``not_before``) can be claimed, so a duplicate
-wake-up message is harmless. Every function commits before returning, except
+a queued job whose back-off has passed (``not_before``), and that no other worker reserved
+(:func:`reserve_job`, the fair dispatcher's pick), can be claimed, so a duplicate wake-up
+message is harmless. Every function commits before returning, except
 :func:`create_job`, which joins the caller's transaction so that the classifier and its job
 appear together. Times are timezone-aware UTC.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -95,12 +97,35 @@ def create_job(
     return job
 
 
-def claimable(now: datetime) -> ColumnElement[bool]:
-    """The condition a job must meet to be claimed at ``now``: queued, its back-off over."""
+def claimable(now: datetime, worker_id: str | None = None) -> ColumnElement[bool]:
+    """The condition a job must meet to be claimed at ``now`` (by ``worker_id``): queued, its
+    back-off over, and not reserved by another worker (see :func:`reserve_job`)."""
     return and_(
         TrainingJob.state == JobState.QUEUED.value,
         or_(TrainingJob.not_before.is_(None), TrainingJob.not_before <= now),
+        or_(
+            TrainingJob.lease_owner.is_(None),
+            TrainingJob.lease_expires_at < now,
+            TrainingJob.lease_owner == worker_id,
+        ),
     )
+
+
+def reserve_job(session: Session, job_id: str, worker_id: str, *, now: datetime, hold: timedelta) -> bool:
+    """Set a claimable job aside for ``worker_id`` until ``now + hold``; False if another won it.
+
+    The fair dispatcher's pick (``service.scheduling``): the job stays queued, but only
+    ``worker_id`` can claim it until the hold ends, so of two workers that picked the same job
+    exactly one proceeds. A hold that ends unclaimed (the worker died) just lapses.
+    """
+    result = session.execute(
+        _update_job(job_id, claimable(now, worker_id)).values(
+            lease_owner=worker_id, lease_expires_at=now + hold
+        )
+    )
+    won = bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    session.commit()
+    return won
 
 
 def claim_job(
@@ -108,11 +133,11 @@ def claim_job(
 ) -> JobLease | None:
     """Take the job: queued (back-off over) -> training, epoch + 1, attempts + 1.
 
-    Returns None when the job is training elsewhere, waiting out a back-off, done, failed,
-    cancelled or missing: a duplicate message then does nothing.
+    Returns None when the job is training elsewhere, reserved by another worker, waiting out a
+    back-off, done, failed, cancelled or missing: a duplicate message then does nothing.
     """
     claimed = session.execute(
-        _update_job(job_id, claimable(now))
+        _update_job(job_id, claimable(now, worker_id))
         .values(
             state=JobState.TRAINING.value,
             epoch=TrainingJob.epoch + 1,
@@ -380,8 +405,12 @@ def jobs_to_send(
     """Queued jobs that need a wake-up message now.
 
     Either the job's back-off ended after its last message was sent (a retry), or its message
-    is missing from the queue (``in_queue``: the job ids the broker holds) and was last sent
-    more than ``grace`` ago (lost with a Redis restart, or never sent because Redis was down).
+    is missing from the queue (``in_queue``: the job id of each message the broker holds,
+    duplicates repeated) and was last sent more than ``grace`` ago (lost with a Redis restart,
+    or never sent because Redis was down). A message wakes a worker that claims the fairest
+    claimable job, not necessarily the one it names (``service.scheduling``), so a job whose
+    own message was spent on another job is covered by a spare one: a message naming a job
+    that is not claimable (taken, backing off, gone) or a second message for one job.
     """
     last_sent = func.coalesce(TrainingJob.enqueued_at, TrainingJob.created_at)
     rows = session.execute(
@@ -390,11 +419,16 @@ def jobs_to_send(
         .order_by(TrainingJob.created_at)
     ).all()
     session.rollback()
+    messages = Counter(in_queue)
+    spare = messages.total() - sum(1 for row in rows if messages[row.id])
     due: list[str] = []
     for row in rows:
         backoff_over = row.not_before is not None and row.last_sent < row.not_before
-        lost = row.id not in in_queue and row.last_sent < now - grace
-        if backoff_over or lost:
+        uncovered = not messages[row.id] and row.last_sent < now - grace
+        if uncovered and not backoff_over and spare > 0:
+            spare -= 1
+            continue
+        if backoff_over or uncovered:
             due.append(row.id)
     return due
 
@@ -422,26 +456,9 @@ def cancel_job(session: Session, classifier_id: str, *, now: datetime) -> bool:
     The classifier becomes Unavailable until :func:`resume_job`. A worker holding the job has
     its next lease renewal refused and stops. False when no job was active.
     """
-    cancelled = session.execute(
-        update(TrainingJob)
-        .where(TrainingJob.classifier_id == classifier_id, TrainingJob.state.in_(_ACTIVE))
-        .values(
-            state=JobState.CANCELLED.value,
-            lease_owner=None,
-            lease_expires_at=None,
-            not_before=None,
-            finished_at=now,
-            updated_at=now,
-        )
-        .returning(TrainingJob.id, TrainingJob.epoch, TrainingJob.attempts)
-        .execution_options(synchronize_session=False)
-    ).all()
-    if not cancelled:
+    if not _cancel_active(session, classifier_id, now=now, detail="cancelled by the tenant"):
         session.rollback()
         return False
-    for row in cancelled:
-        held = JobLease(row.id, "", row.epoch, row.attempts)
-        session.add(_event(held, "cancelled", now, detail="cancelled by the tenant"))
     session.execute(
         _update_classifier(classifier_id).values(
             status=ClassifierStatus.UNAVAILABLE.value,
@@ -495,24 +512,9 @@ def cancel_jobs(session: Session, classifier_id: str, *, now: datetime) -> int:
 
     A worker holding one finds its next fenced write refused and stops.
     """
-    cancelled = session.execute(
-        update(TrainingJob)
-        .where(TrainingJob.classifier_id == classifier_id, TrainingJob.state.in_(_ACTIVE))
-        .values(
-            state=JobState.CANCELLED.value,
-            lease_owner=None,
-            lease_expires_at=None,
-            finished_at=now,
-            updated_at=now,
-        )
-        .returning(TrainingJob.id, TrainingJob.epoch, TrainingJob.attempts)
-        .execution_options(synchronize_session=False)
-    ).all()
-    session.add_all(
-        _event(JobLease(row.id, "", row.epoch, row.attempts), "cancelled", now) for row in cancelled
-    )
+    cancelled = _cancel_active(session, classifier_id, now=now, detail=None)
     session.commit()
-    return len(cancelled)
+    return cancelled
 
 
 def job_events(session: Session, classifier_id: str) -> list[JobEvent]:
@@ -652,6 +654,31 @@ def _end_job(
         return None
     session.add(_event(lease, kind, now, detail=detail))
     return str(ended.classifier_id)
+
+
+def _cancel_active(session: Session, classifier_id: str, *, now: datetime, detail: str | None) -> int:
+    """CAS the classifier's queued or training jobs -> cancelled, each with a ``cancelled`` event
+    (not committed); returns how many. Clears any lease or reservation, so a worker holding one
+    has its next fenced write refused and a worker that reserved one cannot claim it."""
+    cancelled = session.execute(
+        update(TrainingJob)
+        .where(TrainingJob.classifier_id == classifier_id, TrainingJob.state.in_(_ACTIVE))
+        .values(
+            state=JobState.CANCELLED.value,
+            lease_owner=None,
+            lease_expires_at=None,
+            not_before=None,
+            finished_at=now,
+            updated_at=now,
+        )
+        .returning(TrainingJob.id, TrainingJob.epoch, TrainingJob.attempts)
+        .execution_options(synchronize_session=False)
+    ).all()
+    session.add_all(
+        _event(JobLease(row.id, "", row.epoch, row.attempts), "cancelled", now, detail=detail)
+        for row in cancelled
+    )
+    return len(cancelled)
 
 
 def _mark_classifier_failed(session: Session, classifier_id: str, reason: str, now: datetime) -> None:

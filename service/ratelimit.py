@@ -8,12 +8,20 @@ When Redis cannot be reached the limiter lets calls through and logs it (at most
 minute): classify stays available, and quotas on stored data are enforced by the database.
 After a failure it does not ask Redis again for ``retry_s`` seconds, so an unreachable Redis
 costs one timeout per ``retry_s``, not one per call.
+
+A Redis round trip per call would be most of a classify call's cost at high rates, so a replica
+takes its calls from the shared bucket in chunks of ``lease_seconds`` worth of the rate (at
+least one call; one while the rate is under ``1 / lease_seconds``) and spends them locally
+until they run out or the lease ends; unspent calls are forfeited, never carried over. Every
+call is still counted in Redis before it is served, so the limit holds across replicas; at
+most ``lease_seconds`` of rate per replica is taken ahead of use.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 
 import redis
@@ -22,20 +30,23 @@ from service.errors import QuotaExceeded, RateLimited
 
 log = logging.getLogger(__name__)
 
-# KEYS[1]: the bucket; ARGV[1]: emission interval (µs); ARGV[2]: tolerance (µs).
-# Returns 0 when the call is allowed (and records it), else the µs to wait.
+# KEYS[1]: the bucket; ARGV[1]: emission interval (µs); ARGV[2]: tolerance (µs); ARGV[3]: calls
+# wanted. Grants as many of them as the bucket allows now (recording them) and returns
+# {granted, 0}, or {0, µs to wait for one call}.
 _GCRA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
+local wanted = tonumber(ARGV[3])
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
-local new_tat = tat + interval
-local wait = new_tat - now - tolerance
-if wait > 0 then return math.ceil(wait) end
+local room = math.floor((now + tolerance - tat) / interval)
+if room < 1 then return {0, math.ceil(tat + interval - now - tolerance)} end
+local granted = math.min(wanted, room)
+local new_tat = tat + interval * granted
 redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
-return 0
+return {granted, 0}
 """
 _WARN_EVERY_S = 60.0
 
@@ -44,10 +55,19 @@ class RateLimiter:
     """Per-tenant call rates in Redis; a limiter without a URL allows everything."""
 
     def __init__(
-        self, redis_url: str | None, *, burst_seconds: float, timeout_s: float = 0.5, retry_s: float = 5.0
+        self,
+        redis_url: str | None,
+        *,
+        burst_seconds: float,
+        timeout_s: float = 0.5,
+        retry_s: float = 5.0,
+        lease_seconds: float = 0.05,
     ) -> None:
         self.burst_seconds = burst_seconds
         self.retry_s = retry_s
+        self.lease_seconds = lease_seconds
+        self._leases: dict[str, tuple[int, float]] = {}  # bucket -> (calls left, spendable until)
+        self._lock = threading.Lock()
         self._skip_until = -math.inf
         self._client = (
             redis.Redis.from_url(redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
@@ -67,18 +87,33 @@ class RateLimiter:
             raise QuotaExceeded(quota, 0, 0)
         if self._script is None or time.monotonic() < self._skip_until:
             return
+        bucket = f"taas:rate:{quota}:{tenant_id}"
+        if self._spend_leased(bucket):
+            return
         interval_us = 1_000_000 / per_second
         tolerance_us = max(self.burst_seconds * 1_000_000, interval_us)
+        wanted = max(1, int(per_second * self.lease_seconds))
         try:
-            wait_us = int(
-                self._script(keys=[f"taas:rate:{quota}:{tenant_id}"], args=[interval_us, tolerance_us])
-            )
+            granted, wait_us = self._script(keys=[bucket], args=[interval_us, tolerance_us, wanted])
         except redis.RedisError as exc:
             self._skip_until = time.monotonic() + self.retry_s
             self._warn(exc)
             return
-        if wait_us > 0:
-            raise RateLimited(quota, per_second, max(1, math.ceil(wait_us / 1_000_000)))
+        if not granted:
+            raise RateLimited(quota, per_second, max(1, math.ceil(int(wait_us) / 1_000_000)))
+        if granted > 1:
+            with self._lock:
+                self._leases[bucket] = (int(granted) - 1, time.monotonic() + self.lease_seconds)
+
+    def _spend_leased(self, bucket: str) -> bool:
+        """Take one call from this replica's lease on ``bucket``, if it has one left."""
+        with self._lock:
+            left, until = self._leases.get(bucket, (0, 0.0))
+            if left <= 0 or time.monotonic() >= until:
+                self._leases.pop(bucket, None)
+                return False
+            self._leases[bucket] = (left - 1, until)
+            return True
 
     def close(self) -> None:
         """Release the Redis connections."""

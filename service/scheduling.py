@@ -1,36 +1,46 @@
-"""Fair dispatch of training jobs: which claimable job a free worker should take next.
+"""Fair dispatch of training jobs: which claimable job a free worker takes next.
 
-A wake-up message says "a slot may be free", not "run this job": the worker asks
-:func:`next_fair_job` for a job id and takes it with ``jobs.claim_job`` (the compare-and-set,
-which stays the only writer of ``training_jobs.state``). If another worker won the claim, it
-asks again. The choice, among claimable jobs (queued, or training with an expired lease):
+A wake-up message says "a slot is free", not "run this job": the worker that receives it calls
+:func:`reserve_fair_job`, which picks with :func:`next_fair_job` and sets the pick aside for
+itself with ``jobs.reserve_job`` (a compare-and-set); the worker then claims it as usual with
+``jobs.claim_job``. When another worker reserved or claimed the pick first, it picks again.
+The choice, among the jobs ``jobs.claimable`` admits (queued, back-off over, not reserved by
+another worker):
 
-1. skip tenants already running ``running_cap`` jobs (a per-tenant share of the slots);
-2. prefer the tenant running the fewest jobs now;
-3. then the tenant whose last job started longest ago (never started: first);
-4. then that tenant's oldest job.
+1. prefer the tenant holding the fewest slots now (jobs training under a live lease, or
+   reserved);
+2. then the tenant whose last job started longest ago (never started: first);
+3. then that tenant's oldest job.
 
 So with S slots and T tenants, a tenant with one queued job starts at the first slot that
 frees, however many jobs another tenant queued before it: it waits at most about one job
-duration. Read-only; one indexed query.
+duration. Dispatch is work-conserving (a tenant alone may use every slot); under contention
+each tenant converges to S / T slots. docs/scheduling.md argues the races.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
+from service.jobs import claimable, reserve_job
 from service.models import JobState, TrainingJob
 
+_HOLDING = (JobState.QUEUED.value, JobState.TRAINING.value)
 
-def next_fair_job(session: Session, *, now: datetime, running_cap: int | None = None) -> str | None:
-    """The id of the job a free worker should claim next, or None when nothing is claimable."""
-    live = and_(TrainingJob.state == JobState.TRAINING.value, TrainingJob.lease_expires_at >= now)
-    running = (
+
+def next_fair_job(session: Session, *, now: datetime, worker_id: str | None = None) -> str | None:
+    """The id of the job ``worker_id`` should take next, or None when nothing is claimable."""
+    holding = and_(
+        TrainingJob.state.in_(_HOLDING),
+        TrainingJob.lease_owner.is_not(None),
+        TrainingJob.lease_expires_at >= now,
+    )
+    slots = (
         select(TrainingJob.tenant_id, func.count().label("n"))
-        .where(live)
+        .where(holding)
         .group_by(TrainingJob.tenant_id)
         .subquery()
     )
@@ -39,22 +49,30 @@ def next_fair_job(session: Session, *, now: datetime, running_cap: int | None = 
         .group_by(TrainingJob.tenant_id)
         .subquery()
     )
-    claimable = or_(
-        TrainingJob.state == JobState.QUEUED.value,
-        and_(
-            TrainingJob.state == JobState.TRAINING.value,
-            or_(TrainingJob.lease_expires_at.is_(None), TrainingJob.lease_expires_at < now),
-        ),
-    )
-    busy = func.coalesce(running.c.n, 0)
-    query = (
+    picked = session.scalar(
         select(TrainingJob.id)
-        .outerjoin(running, running.c.tenant_id == TrainingJob.tenant_id)
+        .outerjoin(slots, slots.c.tenant_id == TrainingJob.tenant_id)
         .outerjoin(last_start, last_start.c.tenant_id == TrainingJob.tenant_id)
-        .where(claimable)
-        .order_by(busy, last_start.c.at.asc().nulls_first(), TrainingJob.created_at, TrainingJob.id)
+        .where(claimable(now, worker_id))
+        .order_by(
+            func.coalesce(slots.c.n, 0),
+            last_start.c.at.asc().nulls_first(),
+            TrainingJob.created_at,
+            TrainingJob.id,
+        )
         .limit(1)
     )
-    if running_cap is not None:
-        query = query.where(busy < running_cap)
-    return session.scalar(query)
+    session.rollback()  # end the read: the reservation that follows is its own transaction
+    return picked
+
+
+def reserve_fair_job(session: Session, worker_id: str, *, now: datetime, hold: timedelta) -> str | None:
+    """Pick the fairest claimable job and reserve it for ``worker_id`` until ``now + hold``.
+
+    Returns its id, or None when nothing is claimable. A lost reservation means another worker
+    took that job (it left the claimable set), so the loop ends once the set is exhausted.
+    """
+    while (job_id := next_fair_job(session, now=now, worker_id=worker_id)) is not None:
+        if reserve_job(session, job_id, worker_id, now=now, hold=hold):
+            return job_id
+    return None

@@ -8,7 +8,9 @@ Every ``reconcile_every_seconds`` (sooner when a back-off ends before that), one
 2. **Wake-up messages** — a queued job gets a ``taas.train`` message when its back-off has just
    ended, or when its message is missing from the Redis queue (lost with Redis, or never sent
    because Redis was down when the API accepted the job) for longer than
-   ``requeue_grace_seconds``. A message too many is harmless: claiming is a compare-and-set.
+   ``requeue_grace_seconds`` and no spare message covers it (a message wakes a worker that takes
+   the fairest job, so one naming a job already taken stands for any other). A message too many
+   is harmless: claiming is a compare-and-set, and a worker that finds nothing returns.
 3. **Staging sweep** — staging files untouched for ``temp_max_age_seconds`` (an upload cut off
    by an API crash) are deleted.
 
@@ -89,19 +91,20 @@ def reconcile_once(settings: Settings, sessions: sessionmaker[Session], *, now: 
     return report
 
 
-def queued_job_ids(redis_url: str) -> set[str]:
-    """The job ids of the ``taas.train`` messages waiting in the Redis training queue."""
+def queued_job_ids(redis_url: str) -> list[str]:
+    """The job id of each ``taas.train`` message waiting in the Redis training queue (a job
+    with two messages appears twice)."""
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
     try:
         raw = client.lrange(TRAINING_QUEUE, 0, -1)
     finally:
         client.close()
-    found: set[str] = set()
+    found: list[str] = []
     for item in raw:
         try:
             message = json.loads(item)
             args = json.loads(base64.b64decode(message["body"]))[0]
-            found.add(str(args[0]))
+            found.append(str(args[0]))
         except (ValueError, KeyError, IndexError, TypeError):
             continue  # not one of ours: it does not stand for any job
     return found

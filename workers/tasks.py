@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
+from datetime import UTC, datetime, timedelta
 
 from celery.exceptions import Reject
 from celery.signals import worker_shutting_down
 
+from service.db import make_engine, session_factory
 from service.queue import TRAIN_TASK
+from service.scheduling import reserve_fair_job
 from service.settings import get_settings
 from workers.app import celery_app
 from workers.training_run import JobInterrupted, run_training_job
 
+log = logging.getLogger(__name__)
 _shutting_down = threading.Event()
 
 
@@ -31,12 +36,33 @@ def worker_identity() -> str:
 
 @celery_app.task(name=TRAIN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def train(job_id: str) -> None:
-    """Train the job ``job_id``; a job that is gone, finished or leased elsewhere is left alone.
+    """A slot is free: train the fairest claimable job, which need not be ``job_id``.
+
+    The message names the job it was sent for, but only wakes this worker: it reserves the job
+    :func:`service.scheduling.reserve_fair_job` picks (a tenant's single job goes before
+    another's backlog) and trains that one; the named job keeps waiting for the next free slot
+    (the reconciler counts a message spent on another job as covering it). Nothing claimable
+    (the job is gone, finished, leased elsewhere, backing off): return quietly.
 
     Raises celery's Reject (requeue) when the worker shuts down mid-job: the job has written a
     checkpoint and released its lease, so the next worker resumes it.
     """
+    settings = get_settings()
+    worker_id = worker_identity()
+    engine = make_engine(settings)
     try:
-        run_training_job(job_id, get_settings(), worker_identity(), stop_requested=_shutting_down.is_set)
+        with session_factory(engine)() as session:
+            picked = reserve_fair_job(
+                session, worker_id, now=datetime.now(UTC), hold=timedelta(seconds=settings.lease_seconds)
+            )
+    finally:
+        engine.dispose()
+    if picked is None:
+        log.info("message for job %s: nothing claimable", job_id)
+        return
+    if picked != job_id:
+        log.info("message for job %s: the fairest claimable job is %s", job_id, picked)
+    try:
+        run_training_job(picked, settings, worker_id, stop_requested=_shutting_down.is_set)
     except JobInterrupted as interrupted:
         raise Reject(str(interrupted), requeue=True) from interrupted

@@ -239,3 +239,24 @@ def test_concurrent_creates_cannot_slip_under_the_quota_on_postgresql(
 
     assert sorted(statuses) == [200] * 3 + [403] * 5
     assert _quotas(client, admin_headers, tenant.id).json()["usage"]["classifiers"] == 3
+
+
+def test_replicas_take_high_rates_in_chunks_and_still_share_one_limit() -> None:
+    # 1000 calls/s with a 0.1 s burst: 100 calls at once, leased 50 at a time (0.05 s of rate)
+    replicas = [RateLimiter(REDIS_TEST_URL, burst_seconds=0.1) for _ in range(2)]
+    tenant = f"unit-{uuid.uuid4().hex}"
+    try:
+        served, started = 0, time.monotonic()
+        for _ in range(60):
+            for replica in replicas:
+                try:
+                    replica.acquire("classify_rps", tenant, 1000)
+                    served += 1
+                except RateLimited:
+                    pass
+        refilled = 1000 * (time.monotonic() - started)
+        assert 100 <= served <= 101 + refilled  # the burst, plus what the bucket refilled meanwhile
+        assert not replicas[0]._spend_leased("nothing-leased")
+    finally:
+        for replica in replicas:
+            replica.close()

@@ -1,58 +1,50 @@
 """Fair dispatch: a tenant's single job is not starved by another tenant's backlog.
 
 Each test gets a database of its own (dispatch looks at every tenant's jobs), migrated by
-Alembic, on SQLite and on PostgreSQL; jobs are claimed and finished through ``service.jobs``.
+Alembic, on SQLite and on PostgreSQL; jobs are reserved, claimed and finished through
+``service.scheduling`` and ``service.jobs``.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.orm import Session
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
 
 from service import jobs
 from service.db import make_engine, session_factory
-from service.jobs import JobLease
+from service.jobs import BackOff, JobLease
 from service.models import Classifier, Tenant, utcnow
-from service.scheduling import next_fair_job
+from service.scheduling import next_fair_job, reserve_fair_job
 from service.settings import Settings
-from tests.conftest import PG_SERVER_URL, _postgres_unreachable, migrate
+from tests.conftest import migrated_database
 
 LEASE = timedelta(seconds=60)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Session]:
-    """A session on a freshly migrated database of this test's own."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'fair.db'}"
-        cleanup = None
-    else:
-        if reason := _postgres_unreachable():
-            pytest.skip(reason)
-        schema = f"f_{uuid.uuid4().hex[:12]}"
-        admin = create_engine(PG_SERVER_URL)
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        url = f"{PG_SERVER_URL}?options=-csearch_path%3D{schema}"
+def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sessionmaker[Session]]:
+    """Sessions on a freshly migrated database of this test's own."""
+    with migrated_database(request.param, tmp_path) as url:
+        engine = make_engine(Settings(database_url=url, data_dir=tmp_path))
+        yield session_factory(engine)
+        engine.dispose()
 
-        def cleanup() -> None:
-            with admin.begin() as conn:
-                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-            admin.dispose()
 
-    migrate(url)
-    engine = make_engine(Settings(database_url=url, data_dir=tmp_path))
-    with session_factory(engine)() as session:
+@pytest.fixture
+def db(sessions: sessionmaker[Session]) -> Iterator[Session]:
+    """One session on this test's own database."""
+    with sessions() as session:
         yield session
-    engine.dispose()
-    if cleanup:
-        cleanup()
 
 
 def _queue(session: Session, tenant: str, count: int, at: datetime) -> list[str]:
@@ -73,9 +65,10 @@ def _queue(session: Session, tenant: str, count: int, at: datetime) -> list[str]
     return ids
 
 
-def _take(session: Session, now: datetime, cap: int | None = None) -> JobLease | None:
-    job_id = next_fair_job(session, now=now, running_cap=cap)
-    return None if job_id is None else jobs.claim_job(session, job_id, "w", now=now, lease=LEASE)
+def _take(session: Session, now: datetime, worker: str = "w") -> JobLease | None:
+    """What a worker does with a wake-up message: reserve the fairest job, then claim it."""
+    job_id = reserve_fair_job(session, worker, now=now, hold=LEASE)
+    return None if job_id is None else jobs.claim_job(session, job_id, worker, now=now, lease=LEASE)
 
 
 def _owner(session: Session, lease: JobLease) -> str:
@@ -121,31 +114,128 @@ def test_simulated_waits_with_two_slots_and_unit_jobs(db: Session) -> None:
     assert len(started["A"]) == 50
 
 
-def test_expired_leases_are_claimable_and_do_not_count_as_running(db: Session) -> None:
+def test_expired_leases_hold_no_slot_and_their_jobs_wait_for_the_reconciler(db: Session) -> None:
     t0 = utcnow()
+    [b1, b2] = _queue(db, "B", 2, t0)
     [a1, a2] = _queue(db, "A", 2, t0)
-    stale = _take(db, t0)
-    assert stale is not None and stale.job_id == a1
+    assert jobs.claim_job(db, b1, "wb", now=t0, lease=timedelta(minutes=10)) is not None
+    assert jobs.claim_job(db, a1, "wa", now=t0 + timedelta(seconds=1), lease=LEASE) is not None
+    assert next_fair_job(db, now=t0 + timedelta(seconds=2)) == b2  # one slot each: B started first
 
-    later = t0 + LEASE + timedelta(seconds=1)  # a1's worker died: its lease expired
-    assert next_fair_job(db, now=later, running_cap=1) == a1  # oldest first, and A runs nothing
+    later = t0 + LEASE + timedelta(seconds=2)  # a1's worker died: its lease expired
+    assert next_fair_job(db, now=later) == a2  # A holds no live slot now; a1 is not claimable
+    backoff = BackOff(base_seconds=5, max_seconds=60)
+    assert jobs.requeue_expired(db, a1, max_attempts=3, backoff=backoff, now=later) == "retry"
+    assert next_fair_job(db, now=later) == a2  # a1 is backing off
+    assert next_fair_job(db, now=later + timedelta(seconds=5)) == a1  # then it is A's oldest
 
 
-def test_a_tenant_at_its_running_cap_is_skipped(db: Session) -> None:
+def test_a_reserved_job_is_claimed_only_by_its_reserver_until_the_hold_lapses(db: Session) -> None:
     t0 = utcnow()
-    _queue(db, "A", 3, t0)
-    assert _take(db, t0, cap=1) is not None
+    [a1] = _queue(db, "A", 1, t0)
+    assert reserve_fair_job(db, "w1", now=t0, hold=timedelta(seconds=5)) == a1
+    assert reserve_fair_job(db, "w2", now=t0, hold=LEASE) is None  # nothing else to take
+    assert jobs.claim_job(db, a1, "w2", now=t0, lease=LEASE) is None  # a stray message for a1
+    assert jobs.jobs_to_send(db, now=t0 + timedelta(hours=1), grace=timedelta(0), in_queue=[]) == [a1]
 
-    assert next_fair_job(db, now=t0, running_cap=1) is None
-    assert next_fair_job(db, now=t0, running_cap=2) is not None
-    _queue(db, "B", 1, t0 + timedelta(seconds=1))
-    b = next_fair_job(db, now=t0, running_cap=1)
-    assert (
-        b is not None
-        and db.execute(text("SELECT tenant_id FROM training_jobs WHERE id = :j"), {"j": b}).scalar_one()
-        == "B"
-    )
+    lapsed = t0 + timedelta(seconds=6)  # w1 died between its reservation and its claim
+    assert reserve_fair_job(db, "w2", now=lapsed, hold=LEASE) == a1
+    lease = jobs.claim_job(db, a1, "w2", now=lapsed, lease=LEASE)
+    assert lease is not None and jobs.claim_job(db, a1, "w1", now=lapsed, lease=LEASE) is None
+
+
+def test_cancel_clears_a_reservation(db: Session) -> None:
+    t0 = utcnow()
+    [a1] = _queue(db, "A", 1, t0)
+    assert reserve_fair_job(db, "w1", now=t0, hold=LEASE) == a1
+    classifier_id = db.execute(
+        text("SELECT classifier_id FROM training_jobs WHERE id = :j"), {"j": a1}
+    ).scalar_one()
+    assert jobs.cancel_job(db, classifier_id, now=t0)
+    assert jobs.claim_job(db, a1, "w1", now=t0, lease=LEASE) is None
+    assert jobs.resume_job(db, classifier_id, now=t0) == a1
+    assert reserve_fair_job(db, "w2", now=t0, hold=LEASE) == a1  # resumed: free for anyone
+
+
+def test_racing_workers_reserve_every_job_exactly_once(sessions: sessionmaker[Session]) -> None:
+    t0 = utcnow()
+    with sessions() as session:
+        queued = _queue(session, "A", 12, t0) + _queue(session, "B", 12, t0)
+    taken: list[tuple[str, str]] = []
+    start = threading.Barrier(4)
+
+    def worker(name: str) -> None:
+        with sessions() as session:
+            start.wait()
+            while (job_id := reserve_fair_job(session, name, now=t0, hold=LEASE)) is not None:
+                assert jobs.claim_job(session, job_id, name, now=t0, lease=LEASE) is not None
+                taken.append((name, job_id))
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    counts = Counter(job_id for _, job_id in taken)
+    assert sorted(counts) == sorted(queued) and set(counts.values()) == {1}
 
 
 def test_nothing_claimable_is_none(db: Session) -> None:
     assert next_fair_job(db, now=utcnow()) is None
+    assert reserve_fair_job(db, "w", now=utcnow(), hold=LEASE) is None
+
+
+@pytest.mark.parametrize("sessions", ["sqlite"], indirect=True)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    backlogs=st.lists(st.integers(min_value=1, max_value=8), min_size=1, max_size=5),
+    slots=st.integers(min_value=1, max_value=4),
+)
+def test_every_tenants_first_job_starts_in_its_turn_and_every_job_runs_once(
+    db: Session, backlogs: list[int], slots: int
+) -> None:
+    """Tenants queue backlogs (in order, all at once); ``slots`` workers run unit-length jobs.
+
+    Tenant i's first job starts by round i // slots, whatever the backlogs ahead of it, and
+    every job starts exactly once.
+    """
+    t0 = utcnow()
+    run = uuid.uuid4().hex[:6]  # examples share the database; each drains its own jobs
+    tenants = [f"{run}-{i}" for i in range(len(backlogs))]
+    for i, (tenant, count) in enumerate(zip(tenants, backlogs, strict=True)):
+        _queue(db, tenant, count, t0 + timedelta(milliseconds=10 * i))
+    first: dict[str, int] = {}
+    started: Counter[str] = Counter()
+    running: list[JobLease] = []
+    for tick in range(sum(backlogs) + 1):
+        now = t0 + timedelta(seconds=tick + 1)
+        for lease in running:
+            assert jobs.finish_job(db, lease, model_dir="m", metrics={}, now=now)
+        running = []
+        while len(running) < slots and (lease := _take(db, now, f"w{len(running)}")) is not None:
+            running.append(lease)
+            started[lease.job_id] += 1
+            first.setdefault(_owner(db, lease), tick)
+
+    assert sum(started.values()) == sum(backlogs) and set(started.values()) == {1}
+    for i, tenant in enumerate(tenants):
+        assert first[tenant] <= i // slots
+
+
+def test_a_message_spent_on_another_job_covers_the_job_it_named(db: Session) -> None:
+    t0 = utcnow()
+    [a1, a2, a3] = _queue(db, "A", 3, t0)
+    first = _take(db, t0)  # a1's message: a1
+    [b1] = _queue(db, "B", 1, t0 + timedelta(seconds=1))
+    fairer = _take(db, t0 + timedelta(seconds=2))  # a2's message: B's job goes first
+    assert (first and first.job_id, fairer and fairer.job_id) == (a1, b1)
+
+    later, grace = t0 + timedelta(minutes=1), timedelta(seconds=10)
+    # b1's message still waits and stands for a2, whose own message was spent on b1
+    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[a3, b1]) == []
+    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[b1, b1]) == []
+    # messages lost with Redis: re-sent for the jobs left uncovered (spares cover the oldest)
+    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[b1]) == [a3]
+    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[a3]) == [a2]
+    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[]) == [a2, a3]

@@ -1,18 +1,25 @@
 """Fixtures for the worker tests: queued training jobs made through the service core.
 
 ``intents_csv``   a small, clearly separable labelled CSV (``text,label`` header) made in code.
-``queue_job``     ``queue_job(csv_path, settings=None) -> QueuedJob``: a fresh tenant, its dataset
-                  and classifier and a queued job, exactly as the API records them. The wake-up
+``queue_job``     ``queue_job(csv_path, settings=None, tenant_id=None) -> QueuedJob``: a fresh
+                  tenant (or ``tenant_id``), its dataset and classifier and a queued job, exactly
+                  as the API records them. The wake-up
                   message goes to ``settings.redis_url``; with none set (the default here) no
                   message is sent and the job just waits, queued, for ``run_training_job``.
+``start_workers`` ``start_workers(settings, count=1) -> list[Popen]``: real ``python -m workers``
+                  processes on ``settings`` (its broker, database and artifact store), logging
+                  to ``worker-<i>.log`` in the test's temp dir; stopped (SIGTERM) after the test.
 """
 
 from __future__ import annotations
 
 import csv
+import os
 import shutil
+import subprocess
+import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,11 +76,14 @@ def intents_csv(tmp_path: Path) -> Path:
 def queue_job(session: Session, worker_settings: Settings, tmp_path: Path) -> Callable[..., QueuedJob]:
     """Record a tenant, dataset, classifier and queued job for a labelled CSV."""
 
-    def make(csv_path: Path, settings: Settings | None = None) -> QueuedJob:
+    def make(csv_path: Path, settings: Settings | None = None, tenant_id: str | None = None) -> QueuedJob:
         settings = settings or worker_settings
         store = ArtifactStore(settings.resolved_artifacts_dir())
         now = datetime.now(UTC)
-        issued = create_tenant(session, f"t-{uuid.uuid4().hex[:10]}", max_name_chars=256, now=now)
+        if tenant_id is None:
+            tenant_id = create_tenant(
+                session, f"t-{uuid.uuid4().hex[:10]}", max_name_chars=256, now=now
+            ).tenant_id
         upload = tmp_path / f"upload-{uuid.uuid4().hex}.csv"
         shutil.copyfile(csv_path, upload)
         staged = stage_upload(store, upload, "labelled", Limits.from_settings(settings))
@@ -81,7 +91,7 @@ def queue_job(session: Session, worker_settings: Settings, tmp_path: Path) -> Ca
             session,
             store,
             settings,
-            tenant_id=issued.tenant_id,
+            tenant_id=tenant_id,
             name="intents",
             language="en",
             source=staged,
@@ -89,6 +99,41 @@ def queue_job(session: Session, worker_settings: Settings, tmp_path: Path) -> Ca
         )
         job = latest_job(session, classifier.id)
         assert job is not None
-        return QueuedJob(job.id, classifier.id, issued.tenant_id)
+        return QueuedJob(job.id, classifier.id, tenant_id)
 
     return make
+
+
+@pytest.fixture
+def start_workers(tmp_path: Path) -> Iterator[Callable[..., list[subprocess.Popen[bytes]]]]:
+    """Start real worker processes; each is terminated (then killed) when the test ends."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(settings: Settings, count: int = 1, **env: str) -> list[subprocess.Popen[bytes]]:
+        environ = {
+            **os.environ,
+            "TAAS_DATABASE_URL": settings.resolved_database_url(),
+            "TAAS_REDIS_URL": settings.require_redis_url(),
+            "TAAS_DATA_DIR": str(settings.data_dir),
+            "TAAS_ARTIFACTS_DIR": str(settings.resolved_artifacts_dir()),
+            **env,
+        }
+        batch = []
+        for _ in range(count):
+            with open(tmp_path / f"worker-{len(started)}.log", "wb") as log:
+                worker = subprocess.Popen(
+                    [sys.executable, "-m", "workers"], env=environ, stdout=log, stderr=subprocess.STDOUT
+                )
+            started.append(worker)
+            batch.append(worker)
+        return batch
+
+    yield start
+    for worker in started:
+        worker.terminate()
+    for worker in started:
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()

@@ -1,25 +1,36 @@
-"""The wiring: a real `python -m workers` process on the machine's Redis picks up a job that the
-service enqueued by task name, and trains it."""
+"""The wiring: real `python -m workers` processes on the machine's Redis pick up jobs that the
+service enqueued by task name, train them, and take them in fair order.
+
+A wake-up message makes a worker take the fairest claimable job in the whole database, so
+these tests run on a database of their own (``database_url`` is overridden here).
+"""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier, ClassifierStatus, JobState, TrainingJob
+from service.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
 from service.settings import Settings
+from tests.conftest import migrated_database
 
 pytestmark = pytest.mark.integration
 
 BROKER_URL = "redis://127.0.0.1:6379/14"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated database of this test's own (no other test's queued jobs in it)."""
+    with migrated_database(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture
@@ -35,53 +46,73 @@ def broker() -> Iterator[str]:
     client.close()
 
 
-def _job_state(session: Session, job_id: str) -> str | None:
+def _states(session: Session, job_ids: list[str]) -> set[str]:
     session.rollback()
-    session.expire_all()
-    job = session.get(TrainingJob, job_id)
-    return None if job is None else job.state
+    return set(session.scalars(select(TrainingJob.state).where(TrainingJob.id.in_(job_ids))))
 
 
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_worker_process_trains_a_job_enqueued_by_task_name(
     broker: str,
     settings_factory: Callable[..., Settings],
     queue_job: Callable[..., Any],
+    start_workers: Callable[..., list[subprocess.Popen[bytes]]],
     intents_csv: Path,
     session: Session,
     tmp_path: Path,
     wait_until: Callable[..., Any],
 ) -> None:
     settings = settings_factory(redis_url=broker)
-    env = {
-        **os.environ,
-        "TAAS_DATABASE_URL": settings.resolved_database_url(),
-        "TAAS_REDIS_URL": broker,
-        "TAAS_DATA_DIR": str(settings.data_dir),
-        "TAAS_ARTIFACTS_DIR": str(settings.resolved_artifacts_dir()),
-    }
-    log_path = tmp_path / "worker.log"
-    with open(log_path, "wb") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "workers"], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        queued = queue_job(intents_csv, settings)
+    [worker] = start_workers(settings)
+    queued = queue_job(intents_csv, settings)
 
-        wait_until(
-            lambda: _job_state(session, queued.job_id) == JobState.SUCCEEDED,
-            timeout=120,
-            interval=0.2,
-            message=f"job trained by the worker process; its log: {log_path}",
-        )
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-
+    wait_until(
+        lambda: _states(session, [queued.job_id]) == {JobState.SUCCEEDED},
+        timeout=120,
+        interval=0.2,
+        message=f"job trained by the worker process; its log: {tmp_path / 'worker-0.log'}",
+    )
+    worker.terminate()
+    assert worker.wait(timeout=30) == 0, (tmp_path / "worker-0.log").read_text(errors="replace")
     classifier = session.get(Classifier, queued.classifier_id)
     assert classifier is not None and classifier.status == ClassifierStatus.AVAILABLE
-    assert worker.returncode == 0, log_path.read_text(errors="replace")
+
+
+@pytest.mark.slow
+def test_two_workers_start_a_single_job_at_the_first_free_slot_behind_a_backlog(
+    broker: str,
+    settings_factory: Callable[..., Settings],
+    queue_job: Callable[..., Any],
+    start_workers: Callable[..., list[subprocess.Popen[bytes]]],
+    intents_csv: Path,
+    session: Session,
+    wait_until: Callable[..., Any],
+) -> None:
+    settings = settings_factory(redis_url=broker)
+    start_workers(settings, 2, TAAS_LEARNERS="1")
+    first = queue_job(intents_csv, settings)
+    backlog = [first] + [queue_job(intents_csv, settings, first.tenant_id) for _ in range(5)]
+    single = queue_job(intents_csv, settings)  # tenant B's one job, queued behind A's
+    every = [q.job_id for q in backlog] + [single.job_id]
+
+    wait_until(
+        lambda: _states(session, every) == {JobState.SUCCEEDED},
+        timeout=300,
+        interval=0.5,
+        message="every job trained by the two workers",
+    )
+    events = session.scalars(
+        select(JobEvent).where(JobEvent.job_id.in_(every)).order_by(JobEvent.at, JobEvent.id)
+    ).all()
+    claims = [e.job_id for e in events if e.kind == "claimed"]
+    assert sorted(claims) == sorted(every)  # each job claimed once: no double run, none lost
+    b_created = session.get(TrainingJob, single.job_id).created_at  # type: ignore[union-attr]
+    b_claimed = next(e.at for e in events if e.kind == "claimed" and e.job_id == single.job_id)
+    a_claims_between = [
+        e
+        for e in events
+        if e.kind == "claimed" and e.job_id != single.job_id and b_created < e.at < b_claimed
+    ]
+    # B's job is the next one claimed once it is queued (one A claim may have been under way)
+    assert len(a_claims_between) <= 1, a_claims_between
+    finished_before_b = [e for e in events if e.kind == "done" and b_created < e.at < b_claimed]
+    assert len(finished_before_b) <= 1 + len(a_claims_between)  # started at the first free slot

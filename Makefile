@@ -7,14 +7,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 UP_ARGS ?=
 
-.PHONY: up test
+.PHONY: up test chromium
 
 up: $(VENV)/.stamp-base
 	$(BIN)/taas up $(UP_ARGS)
 
 # pytest also runs ruff and the import-layer contracts (tests/test_code_rules.py).
-test: $(VENV)/.stamp-dev
+test: $(VENV)/.stamp-dev chromium
 	$(BIN)/pytest -q
+
+# The browser tests of /ops (tests/ops) drive Debian's chromium, never a downloaded browser:
+# install it where it is missing (as root, with apt-get); otherwise say why they will skip.
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get install -y --no-install-recommends chromium \
+				|| { apt-get update && apt-get install -y --no-install-recommends chromium; }; \
+		else \
+			echo "make: /usr/bin/chromium is missing and cannot be installed here (needs root and apt-get):" \
+				"run 'sudo apt-get install chromium', or the browser tests are skipped" >&2; \
+		fi; \
+	fi
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -1,0 +1,92 @@
+"""The client's HTTP calls: one method per request, every failure a one-line ClientError."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TIMEOUT = httpx.Timeout(30.0, read=300.0)  # an upload is validated before the reply comes
+
+
+class ClientError(Exception):
+    """A failure the user can read in one line (the command prints it and exits 1); ``status``
+    is the HTTP status when the server answered."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Api:
+    """The taas HTTP API at ``url`` as ``key`` (a tenant's key or the admin key)."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=TIMEOUT
+        )
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.http.close()
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Send one request; the decoded JSON reply, or ClientError naming what went wrong."""
+        try:
+            reply = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise ClientError(f"cannot reach {self.url}: {error or type(error).__name__}") from None
+        if reply.is_success:
+            return reply.json()
+        raise ClientError(_describe(reply), reply.status_code)
+
+    def is_admin(self) -> bool:
+        """Whether the key is the admin key (True) or a tenant's (False); ClientError if neither."""
+        try:
+            self.call("GET", "/v1/admin/tenants")
+        except ClientError as error:
+            if error.status == 403:  # a valid tenant key on an admin route
+                return False
+            raise
+        return True
+
+    def upload_dataset(self, path: Path, name: str | None) -> Any:
+        """Store a labelled file (CSV with a text,label header, or JSON Lines) as a dataset."""
+        params = {"name": name} if name else {}
+        kind = "application/x-ndjson" if path.suffix.lower() in {".jsonl", ".ndjson"} else "text/csv"
+        with _open(path) as data:
+            return self.call(
+                "POST", "/v1/datasets", params=params, content=data, headers={"Content-Type": kind}
+            )
+
+    def create_from_nlc_csv(self, path: Path, name: str, language: str) -> Any:
+        """NLC create: a headerless ``text,class`` CSV in a multipart upload."""
+        metadata = {"name": name, "language": language}
+        with _open(path) as data:
+            files: Mapping[str, Any] = {
+                "training_data": (path.name, data, "text/csv"),
+                "training_metadata": (None, json.dumps(metadata), "application/json"),
+            }
+            return self.call("POST", "/v1/classifiers", files=files)
+
+
+def _describe(reply: httpx.Response) -> str:
+    try:
+        body = reply.json()
+        detail = body.get("description") or body.get("error") or reply.reason_phrase
+    except ValueError:
+        detail = reply.text.strip().splitlines()[0] if reply.text.strip() else reply.reason_phrase
+    return f"{reply.status_code} {reply.reason_phrase}: {detail}"
+
+
+def _open(path: Path) -> Any:
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        raise ClientError(f"cannot read {path}: {error.strerror}") from None

@@ -1,0 +1,337 @@
+"""The client commands of ``taas``: log in, upload, train (with a live progress bar), classify,
+manage classifiers and, with the admin key, tenants.
+
+Every command prints a readable table or line, or with ``--json`` the server's JSON reply for
+scripts; any failure is one line on stderr (``error: ...``) and exit status 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.table import Table
+
+from service.client import config
+from service.client.api import Api, ClientError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+JSON_OPTION = typer.Option(False, "--json", help="Print the server's JSON reply (for scripts).")
+POLL_SECONDS = 1.0
+ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # the classifier's end states and exit codes
+
+out = Console()
+err = Console(stderr=True)
+datasets = typer.Typer(no_args_is_help=True, help="Labelled training data stored on the platform.")
+classifiers = typer.Typer(no_args_is_help=True, help="Your classifiers: list, show, delete, cancel training.")
+tenants = typer.Typer(no_args_is_help=True, help="Tenants and their keys (admin key only).")
+
+
+def register(cli: typer.Typer) -> None:
+    """Mount the client commands on the ``taas`` command."""
+    cli.command(name="login")(login)
+    cli.command(name="train")(train)
+    cli.command(name="classify")(classify)
+    cli.add_typer(datasets, name="datasets")
+    cli.add_typer(classifiers, name="classifiers")
+    cli.add_typer(tenants, name="tenants")
+
+
+def _one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except ClientError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(1) from None
+
+    return run
+
+
+def _api() -> Api:
+    login = config.load()
+    return Api(login.url, login.key)
+
+
+def _print_json(value: object) -> None:
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+@_one_line_errors
+def login(
+    url: str = typer.Argument(..., help="The platform's URL, e.g. http://127.0.0.1:8000."),
+    key: str = typer.Argument(..., help="A tenant's API key, or the admin key."),
+) -> None:
+    """Check KEY against the platform at URL and remember both for the other commands."""
+    with Api(url, key) as api:
+        admin = api.is_admin()
+    path = config.save(config.Login(url=api.url, key=key, admin=admin))
+    out.print(f"logged in to {api.url} as {'the administrator' if admin else 'a tenant'} (saved in {path})")
+
+
+@datasets.command("upload")
+@_one_line_errors
+def upload_dataset(
+    file: Path = typer.Argument(..., help="CSV with a text,label header, or JSON Lines."),
+    name: str | None = typer.Option(None, help="The dataset's name [default: the file name]."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Store a labelled file as a dataset that classifiers can train on."""
+    with _api() as api:
+        dataset = api.upload_dataset(file, name or file.stem)
+    if as_json:
+        return _print_json(dataset)
+    out.print(f"dataset {dataset['dataset_id']}: {dataset['rows']} rows, {dataset['classes']} classes")
+
+
+@_one_line_errors
+def train(
+    file: Path = typer.Argument(
+        ..., help="Training data: CSV with a text,label header, JSON Lines, or NLC CSV."
+    ),
+    name: str = typer.Option(..., "--name", "-n", help="The classifier's name."),
+    language: str = typer.Option("en", help="The language of the texts."),
+    wait: bool = typer.Option(
+        False, "--wait", help="Follow the training to its end; exit 1 unless Available."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Create a classifier from FILE and start its training."""
+    labelled = _is_labelled(file)
+    with _api() as api:
+        if labelled:
+            dataset = api.upload_dataset(file, name)
+            body = {"name": name, "language": language, "dataset_id": dataset["dataset_id"]}
+            created = api.call("POST", "/v1/classifiers", json=body)
+        else:
+            created = api.create_from_nlc_csv(file, name, language)
+        if not as_json:
+            out.print(f"classifier {created['classifier_id']} ({name}) is training")
+        final = _follow(api, created["classifier_id"], show=not as_json) if wait else created
+    if as_json:
+        _print_json(final)
+    if wait:
+        _ended(final, quiet=as_json)
+
+
+@_one_line_errors
+def classify(
+    classifier_id: str = typer.Argument(..., metavar="ID"),
+    texts: list[str] = typer.Argument(..., metavar="TEXT...", help="One or more texts."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Classify each TEXT with the classifier ID."""
+    with _api() as api:
+        path = f"/v1/classifiers/{classifier_id}"
+        if len(texts) == 1:
+            results = [api.call("POST", f"{path}/classify", json={"text": texts[0]})]
+        else:
+            collection = [{"text": text} for text in texts]
+            results = api.call("POST", f"{path}/classify_collection", json={"collection": collection})[
+                "collection"
+            ]
+    if as_json:
+        return _print_json(results)
+    table = _table("text", "top class", "confidence")
+    for result in results:
+        table.add_row(result["text"], result["top_class"], f"{result['classes'][0]['confidence']:.3f}")
+    out.print(table)
+
+
+@classifiers.command("list")
+@_one_line_errors
+def list_classifiers(as_json: bool = JSON_OPTION) -> None:
+    """Your classifiers, with their status."""
+    with _api() as api:
+        listed = api.call("GET", "/v1/classifiers")["classifiers"]
+        found = [api.call("GET", f"/v1/classifiers/{c['classifier_id']}") for c in listed]
+    if as_json:
+        return _print_json(found)
+    table = _table("id", "name", "status", "created")
+    for c in found:
+        table.add_row(c["classifier_id"], c["name"], c["status"], c["created"])
+    out.print(table)
+
+
+@classifiers.command("show")
+@_one_line_errors
+def show_classifier(
+    classifier_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION
+) -> None:
+    """A classifier's status, training progress and (once Available) its metrics."""
+    with _api() as api:
+        found = api.call("GET", f"/v1/classifiers/{classifier_id}")
+    if as_json:
+        return _print_json(found)
+    progress, metrics = found.get("progress") or {}, found.get("metrics") or {}
+    table = Table.grid(padding=(0, 2))
+    rows = [
+        ("id", found["classifier_id"]),
+        ("name", found["name"]),
+        ("status", f"{found['status']}: {found['status_description']}"),
+        ("created", found["created"]),
+        ("training", _progress_line(progress) if progress else None),
+        ("accuracy", f"{metrics['accuracy']:.3f}" if "accuracy" in metrics else None),
+        ("macro F1", f"{metrics['macro_f1']:.3f}" if "macro_f1" in metrics else None),
+    ]
+    for label, value in rows:
+        if value is not None:
+            table.add_row(f"[bold]{label}[/]", value)
+    out.print(table)
+
+
+@classifiers.command("delete")
+@_one_line_errors
+def delete_classifier(
+    classifier_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION
+) -> None:
+    """Delete a classifier, its model and its training data (training stops)."""
+    with _api() as api:
+        reply = api.call("DELETE", f"/v1/classifiers/{classifier_id}")
+    if as_json:
+        return _print_json(reply)
+    out.print(f"deleted {classifier_id}")
+
+
+@classifiers.command("cancel")
+@_one_line_errors
+def cancel_classifier(
+    classifier_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION
+) -> None:
+    """Stop a training and keep its checkpoint (the API's resume continues it)."""
+    with _api() as api:
+        reply = api.call("POST", f"/v1/classifiers/{classifier_id}/cancel")
+    if as_json:
+        return _print_json(reply)
+    out.print(f"{classifier_id}: {reply['status']}")
+
+
+@tenants.command("create")
+@_one_line_errors
+def create_tenant(name: str, as_json: bool = JSON_OPTION) -> None:
+    """Create a tenant; its API key is shown only this once."""
+    with _api() as api:
+        created = api.call("POST", "/v1/admin/tenants", json={"name": name})
+    if as_json:
+        return _print_json(created)
+    out.print(f"tenant {created['tenant_id']} ({created['name']})")
+    out.print(f"API key: {created['api_key']}  (shown once; store it now)", markup=False)
+
+
+@tenants.command("list")
+@_one_line_errors
+def list_tenants(as_json: bool = JSON_OPTION) -> None:
+    """Every tenant with its keys (prefixes only)."""
+    with _api() as api:
+        found = api.call("GET", "/v1/admin/tenants")["tenants"]
+    if as_json:
+        return _print_json(found)
+    table = _table("id", "name", "created", "active keys")
+    for t in found:
+        active = [f"{k['key_id']} ({k['prefix']}…)" for k in t["keys"] if not k["revoked"]]
+        table.add_row(t["tenant_id"], t["name"], t["created"], "\n".join(active) or "none")
+    out.print(table)
+
+
+@tenants.command("revoke")
+@_one_line_errors
+def revoke_key(
+    tenant_id: str = typer.Argument(..., metavar="TENANT_ID"),
+    key_id: str = typer.Argument(..., metavar="KEY_ID"),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Revoke one of a tenant's keys (see `taas tenants list`); requests with it fail at once."""
+    with _api() as api:
+        reply = api.call("DELETE", f"/v1/admin/tenants/{tenant_id}/keys/{key_id}")
+    if as_json:
+        return _print_json(reply)
+    out.print(f"revoked key {key_id} of tenant {tenant_id}")
+
+
+def _table(*columns: str) -> Table:
+    """A table whose id columns are never shortened: they are what the other commands take."""
+    table = Table()
+    for name in columns:
+        table.add_column(name, no_wrap=name == "id", min_width=36 if name == "id" else None)
+    return table
+
+
+def _is_labelled(file: Path) -> bool:
+    """Whether FILE is a dataset upload (JSON Lines, or CSV whose header names text and label)
+    rather than NLC's headerless ``text,class`` CSV."""
+    if file.suffix.lower() in {".jsonl", ".ndjson"}:
+        return True
+    try:
+        with open(file, encoding="utf-8-sig", newline="") as source:
+            header = next(csv.reader(source), [])
+    except (OSError, UnicodeDecodeError) as error:
+        raise ClientError(f"cannot read {file}: {error}") from None
+    return {"text", "label"} <= {cell.strip().lower() for cell in header}
+
+
+def _follow(api: Api, classifier_id: str, *, show: bool) -> Any:
+    """Poll the classifier until it ends, drawing a progress bar when ``show``; its last state."""
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[detail]}"),
+    )
+    with Progress(*columns, console=err, disable=not show) as bar:
+        task = bar.add_task("queued", total=None, detail="")
+        while True:
+            found = api.call("GET", f"/v1/classifiers/{classifier_id}")
+            progress = found.get("progress") or {}
+            total = progress.get("total_steps")
+            bar.update(
+                task,
+                description=str(progress.get("phase") or found["status"]),
+                total=total or None,
+                completed=total if found["status"] == "Available" and total else progress.get("step") or 0,
+                detail=_progress_line(progress),
+            )
+            if found["status"] in ENDED:
+                return found
+            time.sleep(POLL_SECONDS)
+
+
+def _progress_line(progress: dict[str, Any]) -> str:
+    parts = []
+    if progress.get("epoch") is not None:
+        parts.append(f"epoch {progress['epoch']}")
+    if progress.get("step") is not None:
+        parts.append(f"step {progress['step']}/{progress.get('total_steps') or '?'}")
+    if progress.get("loss") is not None:
+        parts.append(f"loss {progress['loss']:.4f}")
+    if progress.get("phase") == "training" and progress.get("eta_seconds") is not None:
+        parts.append(f"ETA {_duration(progress['eta_seconds'])}")
+    return "  ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _ended(final: Any, *, quiet: bool) -> None:
+    """Exit 1 with the reason unless the classifier ended Available."""
+    status = final["status"]
+    if ENDED[status]:
+        err.print(
+            f"error: classifier {final['classifier_id']} is {status}: {final['status_description']}",
+            markup=False,
+        )
+        raise typer.Exit(ENDED[status])
+    if not quiet:
+        out.print(f"classifier {final['classifier_id']} is Available")

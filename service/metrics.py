@@ -1,0 +1,171 @@
+"""Prometheus metrics of one API process, served at ``GET /metrics``.
+
+Two kinds, so that a request never pays for the database:
+
+* **per request** (:class:`MetricsMiddleware`): one counter increment and one histogram
+  observation by route template — ``taas_http_requests_total``,
+  ``taas_http_request_duration_seconds`` and, for the classify routes,
+  ``taas_classify_latency_seconds``;
+* **at scrape time** (:class:`_PlatformCollector`): queue depth, jobs by state, and for jobs
+  training now or ended within the last hour their samples/s, parameter-server counters and
+  staleness histogram, and each worker's last sign of life (``service.observe``), read from
+  the database in three queries per scrape.
+
+Each app has its own registry (tests build many apps). With several API replicas every replica
+serves its own request series and the same platform series: scrape each replica and aggregate
+the request series with ``sum by (route)``; take the platform series from any one (``max``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service import observe
+from service.models import JobState, TrainingJob, utcnow
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+STALENESS_BUCKETS = ("0", "1", "2", "3", "4-7", "8-15", "16+")  # trainer.ps.counters' histogram
+_CLASSIFY_ROUTES = (
+    "/v1/classifiers/{classifier_id}/classify",
+    "/v1/classifiers/{classifier_id}/classify_collection",
+)
+_UNMATCHED = "<unmatched>"
+
+
+class Metrics:
+    """The metric objects of one app, registered in their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "taas_http_requests",
+            "HTTP requests answered, by method, route template and status code.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "taas_http_request_duration_seconds",
+            "Time to answer an HTTP request, by method and route template.",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.classify_latency = Histogram(
+            "taas_classify_latency_seconds",
+            "Time to answer a classify call (single text or collection), successful or not.",
+            ["route"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=self.registry,
+        )
+
+        self._platform = _PlatformCollector()
+        self.registry.register(self._platform)
+
+    def watch_platform(self, sessions: sessionmaker[Session] | None) -> None:
+        """Read the scrape-time series from the database behind ``sessions`` (None: stop)."""
+        self._platform.sessions = sessions
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request."""
+        self.requests.labels(method, route, str(status)).inc()
+        self.latency.labels(method, route).observe(seconds)
+        if route in _CLASSIFY_ROUTES:
+            self.classify_latency.labels(route.rsplit("/", 1)[-1]).observe(seconds)
+
+    def exposition(self) -> bytes:
+        """Every series in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """Pure ASGI middleware timing each HTTP request by its route template (cheap: no I/O)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", _UNMATCHED)
+            self.metrics.observe(scope["method"], route, status, time.perf_counter() - started)
+
+
+class _PlatformCollector(Collector):
+    """Series computed from the database at each scrape."""
+
+    def __init__(self) -> None:
+        self.sessions: sessionmaker[Session] | None = None  # set while the app runs
+
+    def describe(self) -> list[Metric]:
+        return []  # no query at registration: the series are unknown until a scrape
+
+    def collect(self) -> Iterator[Metric]:
+        if self.sessions is None:
+            return
+        now = utcnow()
+        with self.sessions() as session:
+            counts = observe.job_counts(session)
+            jobs = observe.recent_jobs(session, now=now)
+            workers = observe.workers_seen(session, jobs, now=now)
+        queue = GaugeMetricFamily("taas_queue_depth", "Training jobs waiting for a worker (queued).")
+        queue.add_metric([], counts[JobState.QUEUED.value])
+        jobs_by_state = GaugeMetricFamily("taas_jobs", "Training jobs by state.", labels=["state"])
+        for state, count in counts.items():
+            jobs_by_state.add_metric([state], count)
+        heartbeat = GaugeMetricFamily(
+            "taas_worker_last_heartbeat_timestamp_seconds",
+            "Unix time of each worker's last lease renewal, progress report or timeline event "
+            "(workers seen within the hour).",
+            labels=["worker"],
+        )
+        for worker in workers:
+            heartbeat.add_metric([worker.worker], worker.last_seen.timestamp())
+        yield from (queue, jobs_by_state, heartbeat)
+        yield from _training_series(jobs)
+
+
+def _training_series(jobs: list[TrainingJob]) -> Iterator[Metric]:
+    rate = GaugeMetricFamily(
+        "taas_training_samples_per_second",
+        "Training examples per second last reported by each job training now or within the hour.",
+        labels=["job_id"],
+    )
+    updates = CounterMetricFamily(
+        "taas_ps_updates",
+        "Parameter-server gradient updates of each recent job (pushed, applied, dropped as stale).",
+        labels=["job_id", "kind"],
+    )
+    staleness = CounterMetricFamily(
+        "taas_ps_staleness_updates",
+        "Applied updates of each recent job by staleness (versions behind when applied).",
+        labels=["job_id", "staleness"],
+    )
+    for job in jobs:
+        progress = job.progress or {}
+        rate.add_metric([job.id], float(progress.get("samples_per_second") or 0.0))
+        ps = progress.get("ps") or {}
+        for kind in ("pushed", "applied", "dropped"):
+            updates.add_metric([job.id, kind], float(ps.get(kind) or 0))
+        for bucket, count in zip(STALENESS_BUCKETS, ps.get("staleness_histogram") or [], strict=False):
+            staleness.add_metric([job.id, bucket], float(count))
+    yield from (rate, updates, staleness)

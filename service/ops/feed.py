@@ -1,0 +1,89 @@
+"""The dashboard's JSON feed (``/ops/api``, session required) and ``GET /metrics``.
+
+The pages poll these routes every couple of seconds; the key actions need the CSRF header.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel
+
+from service import tenancy
+from service.api.deps import SessionDep, SettingsDep
+from service.errors import BadRequest
+from service.metrics import CONTENT_TYPE, Metrics
+from service.models import utcnow
+from service.ops import views
+from service.ops.session import CsrfSessionDep
+from service.ops.session import SessionDep as OpsSessionDep
+
+router = APIRouter(prefix="/ops/api", include_in_schema=False)
+scrape_router = APIRouter(include_in_schema=False)
+
+
+class _Rotate(BaseModel):
+    revoke_others: bool = False
+
+
+@router.get("/overview")
+def overview(_: OpsSessionDep, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+    return views.overview(session, settings, now=utcnow())
+
+
+@router.get("/jobs")
+def jobs(
+    _: OpsSessionDep,
+    session: SessionDep,
+    tenant: str | None = None,
+    state: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    page: int = Query(1, ge=1),
+) -> dict[str, Any]:
+    where = views.JobFilter(
+        tenant or None, state or None, _moment("since", since), _moment("until", until), page
+    )
+    return views.job_list(session, where)
+
+
+@router.get("/jobs/{job_id}")
+def job(_: OpsSessionDep, job_id: str, session: SessionDep) -> dict[str, Any]:
+    return views.job_detail(session, job_id)
+
+
+@router.get("/tenants")
+def tenants(_: OpsSessionDep, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+    return views.tenants(session, settings)
+
+
+@router.post("/tenants/{tenant_id}/keys", status_code=201)
+def rotate_key(_: CsrfSessionDep, tenant_id: str, body: _Rotate, session: SessionDep) -> dict[str, str]:
+    """A new key for the tenant, shown only in this reply."""
+    issued = tenancy.rotate_key(session, tenant_id, revoke_others=body.revoke_others, now=utcnow())
+    return {"tenant_id": issued.tenant_id, "key_id": issued.key_id, "api_key": issued.api_key}
+
+
+@router.post("/tenants/{tenant_id}/keys/{key_id}/revoke")
+def revoke_key(_: CsrfSessionDep, tenant_id: str, key_id: str, session: SessionDep) -> dict[str, str]:
+    tenancy.revoke_key(session, tenant_id, key_id, now=utcnow())
+    return {}
+
+
+@scrape_router.get("/metrics")
+def metrics(request: Request) -> Response:
+    """Every series in the Prometheus text format (see ``service.metrics``)."""
+    registry: Metrics = request.app.state.metrics
+    return Response(registry.exposition(), media_type=CONTENT_TYPE)
+
+
+def _moment(field: str, value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadRequest(field, "must be an ISO 8601 date or time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

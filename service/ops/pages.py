@@ -1,0 +1,75 @@
+"""The dashboard's HTML pages and its login and logout.
+
+A page is a shell (layout, navigation, the CSRF token); ``static/ops.js`` fills it from the
+JSON feed and keeps it current. Without a session every page redirects to the login form.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from service.api.deps import SettingsDep
+from service.ops import session as ops_session
+from service.tenancy import is_admin_key
+
+router = APIRouter(prefix="/ops", include_in_schema=False)
+templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request) -> Response:
+    return templates.TemplateResponse(request, "login.html", {"error": None})
+
+
+@router.post("/login", response_class=HTMLResponse)
+def login(request: Request, settings: SettingsDep, key: str = Form("")) -> Response:
+    """Open a session for the admin key; any other key (a tenant's included) is refused."""
+    if not is_admin_key(settings, key.strip()):
+        error = "That is not the administrator key."
+        return templates.TemplateResponse(request, "login.html", {"error": error}, status_code=401)
+    response = RedirectResponse("/ops", status_code=303)
+    ops_session.start(response, request, settings)
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, csrf: str = Form("")) -> Response:
+    found = ops_session.current(request)
+    if found is not None:
+        ops_session.check_csrf(found, csrf)
+    response = RedirectResponse("/ops/login", status_code=303)
+    ops_session.end(response)
+    return response
+
+
+@router.get("", response_class=HTMLResponse)
+def overview_page(request: Request) -> Response:
+    return _render(request, "overview", {})
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+def jobs_page(request: Request) -> Response:
+    return _render(request, "jobs", {})
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(request: Request, job_id: str) -> Response:
+    return _render(request, "job", {"job_id": job_id})
+
+
+@router.get("/tenants", response_class=HTMLResponse)
+def tenants_page(request: Request) -> Response:
+    return _render(request, "tenants", {})
+
+
+def _render(request: Request, page: str, context: dict[str, object]) -> Response:
+    found = ops_session.current(request)
+    if found is None:
+        return RedirectResponse("/ops/login", status_code=303)
+    headers = {"Cache-Control": "no-store"}
+    context = {"page": page, "csrf": found.csrf, **context}
+    return templates.TemplateResponse(request, f"{page}.html", context, headers=headers)

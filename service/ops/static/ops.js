@@ -1,0 +1,198 @@
+/* taas ops: fills each page from the JSON feed (/ops/api) and keeps it current by polling.
+   Everything the server sends is inserted as text, never as HTML. */
+"use strict";
+
+const POLL_MS = 2000;
+const CSRF = document.querySelector('meta[name="csrf-token"]')?.content || "";
+
+async function api(path, options = {}) {
+  const reply = await fetch("/ops/api" + path, {
+    credentials: "same-origin",
+    ...options,
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": CSRF, ...(options.headers || {}) },
+  });
+  if (reply.status === 401) {
+    window.location.assign("/ops/login");
+    throw new Error("session ended");
+  }
+  const body = await reply.json();
+  if (!reply.ok) throw new Error(body.description || reply.statusText);
+  return body;
+}
+
+/* Call render(await api(path())) now and every `every` ms (null: only when the returned
+   function is called); shows the time of the last update. */
+function poll(path, render, every = POLL_MS) {
+  const live = document.getElementById("live");
+  let timer = null;
+  async function tick() {
+    clearTimeout(timer);
+    try {
+      render(await api(path()));
+      live.textContent = "live · " + new Date().toLocaleTimeString();
+      live.classList.remove("stale");
+    } catch (error) {
+      live.textContent = "update failed: " + error.message;
+      live.classList.add("stale");
+    }
+    if (every) timer = setTimeout(tick, every);
+  }
+  tick();
+  return tick;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") n.className = v;
+    else if (k.startsWith("on")) n.addEventListener(k.slice(2), v);
+    else n.setAttribute(k, v);
+  }
+  for (const c of children) n.append(c instanceof Node ? c : String(c ?? ""));
+  return n;
+}
+
+function rows(tableId, items, cells, emptyText) {
+  const body = document.querySelector(`#${tableId} tbody`);
+  const width = document.querySelectorAll(`#${tableId} thead th`).length;
+  if (!items.length) return body.replaceChildren(el("tr", {}, el("td", { colspan: width, class: "muted" }, emptyText)));
+  body.replaceChildren(...items.map((item) => el("tr", {}, ...cells(item).map((c) => el("td", {}, c)))));
+}
+
+function facts(id, pairs) {
+  document.getElementById(id).replaceChildren(
+    ...pairs.filter(([, v]) => v !== undefined && v !== null && v !== "").flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]),
+  );
+}
+
+const jobLink = (job) => el("a", { href: `/ops/jobs/${encodeURIComponent(job.job_id)}` }, job.classifier || job.job_id.slice(0, 8));
+const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+const ago = (iso) => {
+  const s = Math.max(0, Math.round((Date.now() - new Date(iso)) / 1000));
+  return s < 90 ? `${s}s ago` : s < 5400 ? `${Math.round(s / 60)}min ago` : `${Math.round(s / 3600)}h ago`;
+};
+const duration = (s) => (s === null || s === undefined ? "—" : s < 90 ? `${Math.round(s)}s` : `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, "0")}s`);
+const eta = (job) => (job.phase === "training" ? duration(job.eta_seconds) : "—");
+const num = (v, digits = 1) => (v === null || v === undefined ? "—" : Number(v).toFixed(digits));
+
+function progressBar(job) {
+  const pct = Math.round(100 * (job.fraction || 0));
+  return el("span", { class: "progress", title: `${job.phase}: step ${job.step ?? 0} of ${job.total_steps ?? "?"}` },
+    el("span", { class: "bar" }, el("span", { style: `width:${pct}%` })), ` ${pct}% · ${job.phase}`);
+}
+
+const pages = {
+  overview() {
+    poll(() => "/overview", (data) => {
+      const tiles = [["Queue depth", data.queue_depth], ...Object.entries(data.jobs_by_state),
+        ["Workers training", data.workers.filter((w) => w.job_id).length]];
+      document.getElementById("tiles").replaceChildren(
+        ...tiles.map(([k, v]) => el("div", { class: "tile" }, el("b", {}, v), el("span", {}, k))));
+      rows("running", data.running, (j) => [jobLink(j), j.tenant, progressBar(j), eta(j),
+        num(j.samples_per_second, 0), j.worker || ""], "No job is training.");
+      rows("workers", data.workers, (w) => [el("span", { class: w.alive ? "ok" : "muted" }, w.worker), w.host,
+        w.job_id ? el("a", { href: `/ops/jobs/${encodeURIComponent(w.job_id)}` }, w.job_id.slice(0, 8)) : "idle",
+        ago(w.last_seen)], "No worker has trained within the hour.");
+      TaasCharts.line(document.getElementById("throughput"),
+        [{ name: "samples/s", points: data.throughput.map((p) => [p.t, p.samples_per_second]) }],
+        { time: true, yMin: 0 });
+      rows("attention", data.attention, (e) => [when(e.at), el("span", { class: `event ${e.event}` }, e.event),
+        jobLink(e), e.tenant, e.detail || ""], "No failures or resumes in the last day.");
+    });
+  },
+
+  jobs() {
+    const form = document.getElementById("filters");
+    let page = 1, pages = 1, filled = false;
+    const query = () => {
+      const q = new URLSearchParams({ page });
+      for (const [k, v] of new FormData(form)) {
+        if (v) q.set(k, k === "since" || k === "until" ? new Date(v).toISOString() : v);
+      }
+      return "/jobs?" + q;
+    };
+    const refresh = poll(query, (data) => {
+      if (!filled) {
+        filled = true;
+        form.tenant.append(...data.tenants.map((t) => el("option", { value: t.tenant_id }, t.name)));
+        form.state.append(...data.states.map((s) => el("option", { value: s }, s)));
+      }
+      page = data.page;
+      pages = data.pages;
+      rows("jobs", data.jobs, (j) => [jobLink(j), j.tenant, j.state, progressBar(j), `${j.attempts} (${j.failures} failed)`,
+        when(j.created)], "No job matches.");
+      document.getElementById("pageinfo").textContent = `page ${page} of ${pages} · ${data.total} jobs`;
+    });
+    form.addEventListener("submit", (e) => { e.preventDefault(); page = 1; refresh(); });
+    document.getElementById("prev").addEventListener("click", () => { if (page > 1) { page--; refresh(); } });
+    document.getElementById("next").addEventListener("click", () => { if (page < pages) { page++; refresh(); } });
+  },
+
+  job() {
+    const id = document.body.dataset.jobId;
+    poll(() => `/jobs/${encodeURIComponent(id)}`, (job) => {
+      document.getElementById("title").textContent = `${job.classifier} · ${job.tenant}`;
+      facts("facts", [["Job", job.job_id], ["State", `${job.state} (${job.phase})`], ["Classifier status", job.model.status],
+        ["Epoch", job.epoch], ["Step", job.total_steps ? `${job.step} of ${job.total_steps}` : job.step],
+        ["Loss", job.loss === null || job.loss === undefined ? "—" : Number(job.loss).toPrecision(3)], ["Samples/s", num(job.samples_per_second, 0)], ["ETA", eta(job)],
+        ["K learners", job.learners], ["Worker", job.worker], ["Attempts", `${job.attempts} (${job.failures} failed)`],
+        ["Checkpoint at step", job.checkpoint_step], ["Error", job.error]]);
+      document.getElementById("bar").style.width = `${Math.round(100 * job.fraction)}%`;
+      const h = job.history;
+      TaasCharts.line(document.getElementById("loss-chart"), [{ name: "loss", points: h.map((p) => [p.step, p.loss]) }]);
+      TaasCharts.line(document.getElementById("rate-chart"),
+        [{ name: "samples/s", points: h.map((p) => [p.t, p.samples_per_second]) }], { time: true, yMin: 0 });
+      const ps = job.progress.ps || {};
+      facts("ps", [["Version", ps.version], ["Pushed", ps.pushed], ["Applied", ps.applied], ["Dropped (stale)", ps.dropped],
+        ["Direct", ps.direct], ["Learner respawns", ps.respawns], ["Push / pull / apply s",
+          ps.push_s === undefined ? undefined : `${num(ps.push_s, 2)} / ${num(ps.pull_s, 2)} / ${num(ps.apply_s, 2)}`]]);
+      TaasCharts.bars(document.getElementById("staleness-chart"), ["0", "1", "2", "3", "4-7", "8-15", "16+"],
+        ps.staleness_histogram || []);
+      const metrics = job.model.metrics;
+      document.getElementById("quality").hidden = !metrics;
+      if (metrics) {
+        facts("metrics", [["Accuracy", num(metrics.accuracy, 3)], ["Macro F1", num(metrics.macro_f1, 3)],
+          ["Evaluated on", `${metrics.n} ${metrics.evaluated_on || ""} rows`]]);
+        if (metrics.confusion) TaasCharts.heatmap(document.getElementById("confusion"), metrics.confusion.labels, metrics.confusion.matrix);
+      }
+      rows("events", job.events, (e) => [when(e.at), el("span", { class: `event ${e.event}` }, e.event), e.worker || "",
+        e.attempt, e.step ?? "", e.detail || ""], "No events.");
+    });
+  },
+
+  tenants() {
+    const issued = document.getElementById("issued");
+    const act = async (path, body, message) => {
+      try {
+        const reply = await api(path, { method: "POST", body: JSON.stringify(body) });
+        issued.textContent = reply.api_key ? `${message}: ${reply.api_key} (shown once; copy it now)` : message;
+      } catch (error) {
+        issued.textContent = "Failed: " + error.message;
+      }
+      issued.hidden = false;
+      refresh();
+    };
+    const refresh = poll(() => "/tenants", (data) => {
+      document.getElementById("tenants").replaceChildren(...data.tenants.map((t) => {
+        const base = `/tenants/${encodeURIComponent(t.tenant_id)}/keys`;
+        const quota = Object.entries(t.quotas).map(([k, v]) => `${k}: ${t.usage[k] ?? "—"} / ${v}`).join(" · ");
+        return el("section", { class: "card" },
+          el("h2", {}, t.name), el("p", { class: "muted" }, `${t.tenant_id} · since ${when(t.created)}`),
+          el("p", {}, quota),
+          el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "Key"), el("th", {}, "Created"), el("th", {}, "State"), el("th", {}, ""))),
+            el("tbody", {}, ...t.keys.map((k) => el("tr", {}, el("td", {}, k.prefix + "…"), el("td", {}, when(k.created)),
+              el("td", {}, k.revoked ? `revoked ${when(k.revoked)}` : "active"),
+              el("td", {}, k.revoked ? "" : el("button", { type: "button", class: "danger",
+                onclick: () => confirm(`Revoke key ${k.prefix}… of ${t.name}?`) &&
+                  act(`${base}/${encodeURIComponent(k.key_id)}/revoke`, {}, `Revoked ${k.prefix}…`) }, "Revoke")))))),
+          el("p", {}, el("button", { type: "button", onclick: () => act(base, { revoke_others: false }, `New key for ${t.name}`) }, "New key"),
+            " ", el("button", { type: "button", class: "danger", onclick: () => confirm(`Rotate: new key, revoke every other key of ${t.name}?`) &&
+              act(base, { revoke_others: true }, `Rotated key of ${t.name}`) }, "Rotate (revoke others)")),
+          el("details", {}, el("summary", {}, `${t.classifiers.length} classifiers`),
+            el("ul", {}, ...t.classifiers.map((c) => el("li", {}, `${c.name} — ${c.status}`)))));
+      }));
+    }, null);
+  },
+};
+
+document.addEventListener("DOMContentLoaded", () => pages[document.body.dataset.page]?.());

@@ -1,0 +1,247 @@
+"""What the ops dashboard shows, as JSON-safe dicts read from the database (no writes here)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service import observe, quotas, tenancy
+from service.errors import NotFound
+from service.history import HISTORY_KEY
+from service.models import Classifier, JobEvent, JobState, Tenant, TrainingJob
+from service.settings import Settings
+
+PAGE_SIZE = 25
+ATTENTION_EVENTS = ("crashed", "lease_lost", "failed", "resumed")
+_THROUGHPUT_BUCKET = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """The job list's filters; None means any."""
+
+    tenant_id: str | None = None
+    state: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    page: int = 1
+
+
+def overview(session: Session, settings: Settings, *, now: datetime) -> dict[str, Any]:
+    """Queue depth, jobs by state, running jobs, workers, throughput, recent failures and resumes."""
+    counts = observe.job_counts(session)
+    jobs = observe.recent_jobs(session, now=now)
+    alive_within = timedelta(seconds=settings.lease_seconds)
+    names = _names(session, jobs)
+    return {
+        "queue_depth": counts[JobState.QUEUED.value],
+        "jobs_by_state": counts,
+        "running": [_job_row(job, names) for job in jobs if job.state == JobState.TRAINING.value],
+        "workers": [
+            {
+                "worker": w.worker,
+                "host": w.host,
+                "job_id": w.job_id,
+                "last_seen": w.last_seen.isoformat(),
+                "alive": w.job_id is not None or now - w.last_seen < alive_within,
+            }
+            for w in observe.workers_seen(session, jobs, now=now)
+        ],
+        "throughput": _throughput(jobs, now=now),
+        "attention": _attention(session, now=now),
+    }
+
+
+def job_list(session: Session, where: JobFilter) -> dict[str, Any]:
+    """One page of jobs matching ``where``, newest first, with the total count."""
+    query = select(TrainingJob)
+    if where.tenant_id:
+        query = query.where(TrainingJob.tenant_id == where.tenant_id)
+    if where.state:
+        query = query.where(TrainingJob.state == where.state)
+    if where.since:
+        query = query.where(TrainingJob.created_at >= where.since)
+    if where.until:
+        query = query.where(TrainingJob.created_at < where.until)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    page = max(1, where.page)
+    jobs = list(
+        session.scalars(
+            query.order_by(TrainingJob.created_at.desc(), TrainingJob.id)
+            .offset((page - 1) * PAGE_SIZE)
+            .limit(PAGE_SIZE)
+        )
+    )
+    names = _names(session, jobs)
+    return {
+        "jobs": [_job_row(job, names) for job in jobs],
+        "total": total,
+        "page": page,
+        "pages": max(1, -(-total // PAGE_SIZE)),
+        "tenants": [
+            {"tenant_id": t.id, "name": t.name} for t in session.scalars(select(Tenant).order_by(Tenant.name))
+        ],
+        "states": [state.value for state in JobState],
+    }
+
+
+def job_detail(session: Session, job_id: str) -> dict[str, Any]:
+    """One job: its row, progress and time series, timeline and classifier metrics."""
+    job = session.get(TrainingJob, job_id)
+    if job is None:
+        raise NotFound("training job", job_id)
+    classifier = session.get(Classifier, job.classifier_id)
+    assert classifier is not None  # a job is deleted with its classifier
+    progress = dict(job.progress or {})
+    events = session.scalars(select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id))
+    return {
+        **_job_row(job, _names(session, [job])),
+        "error": job.error,
+        "started_at": _iso(job.started_at),
+        "finished_at": _iso(job.finished_at),
+        "lease_expires_at": _iso(job.lease_expires_at),
+        "checkpoint_step": job.checkpoint_step,
+        "progress": {k: v for k, v in progress.items() if k != HISTORY_KEY},
+        "history": progress.get(HISTORY_KEY) or [],
+        "events": [
+            {
+                "event": e.kind,
+                "at": e.at.isoformat(),
+                "worker": e.worker_id,
+                "attempt": e.attempt,
+                "epoch": e.epoch,
+                "step": e.step,
+                "detail": e.detail,
+            }
+            for e in events
+        ],
+        "model": {
+            "status": classifier.status,
+            "status_description": classifier.status_description,
+            "metrics": classifier.metrics,
+        },
+    }
+
+
+def tenants(session: Session, settings: Settings) -> dict[str, Any]:
+    """Every tenant with its keys (never their secrets), quotas, usage and classifiers."""
+    classifiers: dict[str, list[dict[str, Any]]] = {}
+    for c in session.scalars(select(Classifier).order_by(Classifier.created_at)):
+        classifiers.setdefault(c.tenant_id, []).append(
+            {"classifier_id": c.id, "name": c.name, "status": c.status, "created": c.created_at.isoformat()}
+        )
+    return {
+        "tenants": [
+            {
+                "tenant_id": tenant.id,
+                "name": tenant.name,
+                "created": tenant.created_at.isoformat(),
+                "keys": [
+                    {
+                        "key_id": k.id,
+                        "prefix": k.prefix,
+                        "created": k.created_at.isoformat(),
+                        "revoked": _iso(k.revoked_at),
+                    }
+                    for k in keys
+                ],
+                "quotas": asdict(quotas.quotas_for(session, settings, tenant.id)),
+                "usage": asdict(quotas.usage(session, tenant.id)),
+                "classifiers": classifiers.get(tenant.id, []),
+            }
+            for tenant, keys in tenancy.list_tenants(session)
+        ]
+    }
+
+
+def _job_row(job: TrainingJob, names: dict[str, str]) -> dict[str, Any]:
+    progress = job.progress or {}
+    step, total = progress.get("step"), progress.get("total_steps")
+    return {
+        "job_id": job.id,
+        "classifier_id": job.classifier_id,
+        "classifier": names.get(job.classifier_id, ""),
+        "tenant_id": job.tenant_id,
+        "tenant": names.get(job.tenant_id, ""),
+        "state": job.state,
+        "phase": progress.get("phase") or job.state,
+        "epoch": progress.get("epoch"),
+        "step": step,
+        "total_steps": total,
+        "fraction": 1.0
+        if job.state == JobState.SUCCEEDED.value
+        else (step / total if step and total else 0.0),
+        "loss": progress.get("loss"),
+        "samples_per_second": progress.get("samples_per_second"),
+        "eta_seconds": progress.get("eta_seconds"),
+        "learners": progress.get("learners"),
+        "worker": job.lease_owner,
+        "attempts": job.attempts,
+        "failures": job.failures,
+        "created": job.created_at.isoformat(),
+        "updated": job.updated_at.isoformat(),
+    }
+
+
+def _names(session: Session, jobs: list[TrainingJob]) -> dict[str, str]:
+    """Display names of the jobs' classifiers and tenants, by id."""
+    names: dict[str, str] = {}
+    classifier_ids = {job.classifier_id for job in jobs}
+    tenant_ids = {job.tenant_id for job in jobs}
+    for model, ids in ((Classifier, classifier_ids), (Tenant, tenant_ids)):
+        if ids:
+            names.update(
+                (row.id, row.name)
+                for row in session.execute(select(model.id, model.name).where(model.id.in_(ids)))
+            )
+    return names
+
+
+def _throughput(jobs: list[TrainingJob], *, now: datetime) -> list[dict[str, float]]:
+    """Samples/s of all jobs together per minute of the last hour (each job's mean in a minute)."""
+    start = now.timestamp() - observe.RECENT.total_seconds()
+    width = _THROUGHPUT_BUCKET.total_seconds()
+    buckets = int(observe.RECENT / _THROUGHPUT_BUCKET)
+    totals = [0.0] * buckets
+    for job in jobs:
+        per_bucket: dict[int, list[float]] = {}
+        for point in (job.progress or {}).get(HISTORY_KEY) or []:
+            index = int((point["t"] - start) // width)
+            if 0 <= index < buckets and point.get("samples_per_second") is not None:
+                per_bucket.setdefault(index, []).append(float(point["samples_per_second"]))
+        for index, rates in per_bucket.items():
+            totals[index] += sum(rates) / len(rates)
+    return [{"t": start + (i + 1) * width, "samples_per_second": round(v, 2)} for i, v in enumerate(totals)]
+
+
+def _attention(session: Session, *, now: datetime) -> list[dict[str, Any]]:
+    """The last day's crashes, lost leases, failures and resumes, newest first (at most 20)."""
+    rows = session.execute(
+        select(JobEvent, Classifier.name, Tenant.name)
+        .join(TrainingJob, TrainingJob.id == JobEvent.job_id)
+        .join(Classifier, Classifier.id == TrainingJob.classifier_id)
+        .join(Tenant, Tenant.id == TrainingJob.tenant_id)
+        .where(JobEvent.kind.in_(ATTENTION_EVENTS), JobEvent.at >= now - timedelta(days=1))
+        .order_by(JobEvent.id.desc())
+        .limit(20)
+    )
+    return [
+        {
+            "event": event.kind,
+            "at": event.at.isoformat(),
+            "job_id": event.job_id,
+            "classifier": classifier_name,
+            "tenant": tenant_name,
+            "worker": event.worker_id,
+            "detail": event.detail,
+        }
+        for event, classifier_name, tenant_name in rows
+    ]
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()

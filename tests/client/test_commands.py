@@ -1,0 +1,70 @@
+"""`taas` client commands against a running `taas up`: the admin makes a tenant, the tenant
+trains with --wait, classifies and manages its classifiers; errors are one line and exit 1."""
+
+from __future__ import annotations
+
+import csv
+import json
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+
+from tests.e2e.conftest import Platform
+
+pytestmark = pytest.mark.e2e
+
+
+def _json(result: Result) -> object:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_admin_and_tenant_work_through_the_client(
+    taas: Callable[..., Result],
+    embedded_platform: Platform,
+    intents_nlc: Path,
+    config_home: Path,
+    tmp_path: Path,
+) -> None:
+    url = embedded_platform.base_url
+    # the admin logs in and makes a tenant
+    assert "as the administrator" in taas("login", url, embedded_platform.admin_key).stdout
+    assert stat.S_IMODE((config_home / "taas" / "client.json").stat().st_mode) == 0o600
+    created = _json(taas("tenants", "create", "cli-acme", "--json"))
+    assert isinstance(created, dict)
+    listed = _json(taas("tenants", "list", "--json"))
+    assert "cli-acme" in {t["name"] for t in listed}  # type: ignore[union-attr]
+    # the tenant logs in, uploads a dataset and trains from a labelled CSV, waiting for the end
+    assert "as a tenant" in taas("login", url, created["api_key"]).stdout
+    labelled = tmp_path / "labelled.csv"
+    with open(intents_nlc, newline="") as source, open(labelled, "w", newline="") as out:
+        csv.writer(out).writerows([["text", "label"], *csv.reader(source)])
+    dataset = _json(taas("datasets", "upload", str(labelled), "--json"))
+    assert dataset["rows"] == 60  # type: ignore[index]
+    trained = _json(taas("train", str(labelled), "--name", "cli-intents", "--wait", "--json"))
+    assert trained["status"] == "Available"  # type: ignore[index]
+    classifier_id = trained["classifier_id"]  # type: ignore[index]
+    # classify one and several texts
+    one = _json(taas("classify", classifier_id, "book a flight to rome", "--json"))
+    assert one[0]["top_class"] == "flights"  # type: ignore[index]
+    table = taas("classify", classifier_id, "book a flight to rome", "play some jazz in rome")
+    assert table.exit_code == 0 and "flights" in table.stdout and "music" in table.stdout
+    # classifiers: list, show, cancel (not training: a readable 409), delete
+    assert [c["name"] for c in _json(taas("classifiers", "list", "--json"))] == ["cli-intents"]  # type: ignore[union-attr]
+    assert "Available" in taas("classifiers", "show", classifier_id).stdout
+    refused = taas("classifiers", "cancel", classifier_id)
+    assert refused.exit_code == 1 and refused.stderr.startswith("error: 409 Conflict:")
+    assert taas("classifiers", "delete", classifier_id).exit_code == 0
+    missing = taas("classifiers", "show", classifier_id)
+    assert missing.exit_code == 1 and missing.stderr.count("\n") == 1 and "404" in missing.stderr
+    # a headerless NLC CSV goes to NLC create; without --wait the command returns at once
+    started = _json(taas("train", str(intents_nlc), "--name", "nlc-intents", "--json"))
+    assert started["status"] == "Training"  # type: ignore[index]
+    cancelled = taas("classifiers", "cancel", started["classifier_id"])  # type: ignore[index]
+    assert cancelled.exit_code == 0 and "Unavailable" in cancelled.stdout
+    # a tenant is not the admin
+    denied = taas("tenants", "list")
+    assert denied.exit_code == 1 and denied.stderr.startswith("error: 403 Forbidden:")

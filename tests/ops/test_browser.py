@@ -1,0 +1,97 @@
+"""The dashboard in a real browser (Playwright driving Debian's chromium) against `taas up`.
+
+Skipped only where no chromium can be found: ``.ci/run`` and ``make test`` install it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.conftest import Platform
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (dev extras)")
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+TRAIN_TIMEOUT_MS = 180_000
+
+
+@pytest.fixture
+def page() -> Iterator[playwright.Page]:
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"no chromium at {CHROMIUM}: install Debian's package (apt-get install chromium)")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(30_000)
+        yield page
+        browser.close()
+
+
+def _log_in(page: playwright.Page, base: str, key: str) -> None:
+    page.goto(f"{base}/ops")
+    assert page.url.endswith("/ops/login"), "a page without a session must lead to the login form"
+    page.fill("#key", key)
+    page.click("button[type=submit]")
+
+
+def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn_charts(
+    embedded_platform: Platform, intents_nlc: Path, page: playwright.Page, artifacts_dir: Path
+) -> None:
+    base = embedded_platform.base_url
+    tenant_key = embedded_platform.create_tenant()
+    # a tenant key opens nothing
+    _log_in(page, base, tenant_key)
+    assert page.url.endswith("/ops/login") and "not the administrator key" in page.inner_text(".error")
+    assert (
+        httpx.get(f"{base}/ops/api/overview", headers={"Authorization": f"Bearer {tenant_key}"}).status_code
+        == 401
+    )
+    # the admin key opens the overview
+    _log_in(page, base, embedded_platform.admin_key)
+    page.wait_for_selector("#tiles .tile")
+    # when: the tenant starts a training while the overview is open
+    with embedded_platform.client(tenant_key) as tenant, open(intents_nlc, "rb") as data:
+        metadata = json.dumps({"name": "browser-intents", "language": "en"})
+        created = tenant.post(
+            "/v1/classifiers",
+            files={"training_data": ("t.csv", data, "text/csv"), "training_metadata": (None, metadata)},
+        )
+    assert created.status_code == 200, created.text
+    # then: it shows up among the running jobs without a reload, and its page follows it to Available
+    page.click("#running a:text('browser-intents')", timeout=60_000)
+    page.wait_for_selector("#facts dd:text('Available')", timeout=TRAIN_TIMEOUT_MS)
+    page.wait_for_selector("#confusion svg rect.cell")
+    page.screenshot(path=str(artifacts_dir / "ops-job-detail.png"), full_page=True)
+    for chart in ("#loss-chart", "#rate-chart"):
+        path = page.locator(f"{chart} svg path.series").first
+        assert len(path.get_attribute("d") or "") > 10, f"{chart} drew no line"
+    assert page.locator("#staleness-chart svg rect.column").count() == 7
+    assert page.locator("#events span.event.done").count() == 1
+    # and the platform's /metrics carry the real training's series
+    _assert_training_metrics(base, job_id=page.url.rsplit("/", 1)[-1])
+
+
+def _assert_training_metrics(base: str, *, job_id: str) -> None:
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(f"{base}/metrics").text):
+        for sample in family.samples:
+            if sample.labels.get("job_id") in (None, job_id):
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    for name in (
+        "taas_http_requests_total",
+        "taas_http_request_duration_seconds_count",
+        "taas_jobs",
+        "taas_training_samples_per_second",
+        "taas_ps_updates_total",
+        "taas_ps_staleness_updates_total",
+        "taas_worker_last_heartbeat_timestamp_seconds",
+    ):
+        assert values.get(name, 0) > 0, f"{name} is missing or zero"

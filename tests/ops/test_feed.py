@@ -1,0 +1,106 @@
+"""The dashboard's JSON feed: overview, job list filters and pages, tenants and their keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.ops import views
+from tests.conftest import TenantHandle
+from tests.ops.conftest import INTENTS_NLC
+from tests.service.helpers import nlc_files
+
+
+def _create(client: TestClient, tenant: TenantHandle, name: str) -> str:
+    reply = client.post(
+        "/v1/classifiers",
+        files=nlc_files(INTENTS_NLC, {"name": name, "language": "en"}),
+        headers=tenant.headers,
+    )
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["classifier_id"])
+
+
+def test_overview_counts_queued_jobs_and_lists_them_in_the_job_list(
+    ops_client: TestClient, tenant_factory: Callable[..., TenantHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: three queued jobs of two tenants (nothing trains them)
+    first, second = tenant_factory(), tenant_factory()
+    for tenant, name in ((first, "a"), (first, "b"), (second, "c")):
+        _create(ops_client, tenant, name)
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    # when
+    overview = ops_client.get("/ops/api/overview").json()
+    mine = ops_client.get("/ops/api/jobs", params={"tenant": first.id}).json()
+    queued = ops_client.get("/ops/api/jobs", params={"tenant": first.id, "state": "queued", "page": 2}).json()
+    none = ops_client.get(
+        "/ops/api/jobs", params={"tenant": first.id, "since": "2999-01-01T00:00:00Z"}
+    ).json()
+    # then
+    assert overview["queue_depth"] >= 3 and overview["jobs_by_state"]["queued"] >= 3
+    assert (mine["total"], mine["pages"]) == (2, 1)
+    assert {j["classifier"] for j in mine["jobs"]} == {"a", "b"} and {j["tenant"] for j in mine["jobs"]} == {
+        first.name
+    }
+    assert (queued["page"], queued["jobs"]) == (2, [])
+    assert none["total"] == 0
+
+
+def test_a_bad_time_filter_is_a_400_naming_it(ops_client: TestClient) -> None:
+    reply = ops_client.get("/ops/api/jobs", params={"since": "yesterday"})
+
+    assert reply.status_code == 400 and reply.json()["description"].startswith("since:")
+
+
+def test_unknown_job_is_404(ops_client: TestClient) -> None:
+    assert ops_client.get("/ops/api/jobs/no-such-job").status_code == 404
+
+
+def test_tenants_show_usage_classifiers_and_keys_without_secrets(
+    ops_client: TestClient, tenant: TenantHandle
+) -> None:
+    _create(ops_client, tenant, "mine")
+
+    listed = {t["tenant_id"]: t for t in ops_client.get("/ops/api/tenants").json()["tenants"]}[tenant.id]
+
+    assert listed["usage"]["classifiers"] == 1 and listed["quotas"]["classifiers"] > 0
+    assert [c["name"] for c in listed["classifiers"]] == ["mine"]
+    assert tenant.api_key not in str(listed) and listed["keys"][0]["prefix"]
+
+
+def test_key_actions_need_the_csrf_header(ops_client: TestClient, tenant: TenantHandle) -> None:
+    reply = ops_client.post(f"/ops/api/tenants/{tenant.id}/keys", json={})
+
+    assert reply.status_code == 403
+
+
+def test_rotating_a_key_with_revoke_others_ends_the_old_key(
+    ops_client: TestClient, tenant: TenantHandle, csrf: str
+) -> None:
+    headers = {"X-CSRF-Token": csrf}
+
+    issued = ops_client.post(
+        f"/ops/api/tenants/{tenant.id}/keys", json={"revoke_others": True}, headers=headers
+    )
+
+    assert issued.status_code == 201
+    new_key = issued.json()["api_key"]
+    assert ops_client.get("/v1/classifiers", headers=tenant.headers).status_code == 401
+    assert (
+        ops_client.get("/v1/classifiers", headers={"Authorization": f"Bearer {new_key}"}).status_code == 200
+    )
+
+
+def test_revoking_a_key_stops_it(ops_client: TestClient, tenant: TenantHandle, csrf: str) -> None:
+    keys = {t["tenant_id"]: t for t in ops_client.get("/ops/api/tenants").json()["tenants"]}[tenant.id][
+        "keys"
+    ]
+
+    reply = ops_client.post(
+        f"/ops/api/tenants/{tenant.id}/keys/{keys[0]['key_id']}/revoke", headers={"X-CSRF-Token": csrf}
+    )
+
+    assert reply.status_code == 200
+    assert ops_client.get("/v1/classifiers", headers=tenant.headers).status_code == 401

@@ -1,0 +1,24 @@
+"""The job's time series in its progress JSON stays bounded and keeps the newest point."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from service.history import MAX_POINTS, recorded, with_point
+from tests.ops.conftest import FinishedJob
+
+
+def test_history_past_its_bound_keeps_every_other_point_and_the_newest() -> None:
+    history: list[dict[str, object]] = []
+    for step in range(MAX_POINTS + 1):
+        history = with_point(history, {"step": step, "loss": 1.0 / (step + 1)}, at=1000.0 + step)
+
+    assert len(history) == MAX_POINTS // 2 + 1
+    assert history[-1]["step"] == MAX_POINTS and history[0]["step"] == 0
+    assert [p["step"] for p in history] == sorted(p["step"] for p in history)
+
+
+def test_the_next_claim_starts_from_the_series_recorded_with_the_job(
+    finished_job: FinishedJob, session: Session
+) -> None:
+    assert [point["step"] for point in recorded(session, finished_job.job_id)] == [0, 400, 800]

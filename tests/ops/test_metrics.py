@@ -1,0 +1,73 @@
+"""GET /metrics: Prometheus text that prometheus_client's parser reads, with every series; and the
+job detail feed of the same trained job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.ops.conftest import FinishedJob
+
+
+def _samples(client: TestClient) -> dict[str, list[tuple[dict[str, str], float]]]:
+    reply = client.get("/metrics")
+    assert reply.status_code == 200
+    assert reply.headers["content-type"].startswith("text/plain; version=0.0.4")
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(reply.text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found
+
+
+def _total(samples: list[tuple[dict[str, str], float]], **labels: str) -> float:
+    return sum(value for found, value in samples if labels.items() <= found.items())
+
+
+def test_after_a_training_job_metrics_and_its_detail_page_feed_carry_its_series(
+    client: TestClient, ops_client: TestClient, finished_job: FinishedJob
+) -> None:
+    # given: a finished job, its classifier called once (its model files are not real: any
+    # answer is a classify call to time)
+    headers = finished_job.tenant.headers
+    classify = f"/v1/classifiers/{finished_job.classifier_id}/classify"
+    status = client.post(classify, json={"text": "book a flight to rome"}, headers=headers).status_code
+    # when
+    found = _samples(client)
+    # then
+    route = "/v1/classifiers/{classifier_id}/classify"
+    assert _total(found["taas_http_requests_total"], route=route, status=str(status)) == 1
+    assert _total(found["taas_http_request_duration_seconds_count"], route=route) == 1
+    assert _total(found["taas_classify_latency_seconds_count"], route="classify") == 1
+    assert _total(found["taas_jobs"], state="succeeded") >= 1
+    assert "taas_queue_depth" in found
+    job = finished_job.job_id
+    assert _total(found["taas_training_samples_per_second"], job_id=job) > 0
+    assert _total(found["taas_ps_updates_total"], job_id=job, kind="applied") > 0
+    assert _total(found["taas_ps_updates_total"], job_id=job, kind="pushed") > 0
+    assert _total(found["taas_ps_staleness_updates_total"], job_id=job) > 0
+    heartbeats = {labels["worker"]: v for labels, v in found["taas_worker_last_heartbeat_timestamp_seconds"]}
+    assert heartbeats["ops-test-host:4242"] > 0
+    _assert_job_detail(ops_client.get(f"/ops/api/jobs/{job}").json())
+
+
+def _assert_job_detail(detail: dict[str, Any]) -> None:
+    assert detail["state"] == "succeeded" and detail["fraction"] == 1.0
+    assert [e["event"] for e in detail["events"]] == ["queued", "claimed", "checkpoint", "done"]
+    assert [(p["step"], p["epoch"]) for p in detail["history"]] == [(0, 1), (400, 2), (800, 3)]
+    assert all(p["loss"] > 0 and p["samples_per_second"] > 0 for p in detail["history"])
+    assert "history" not in detail["progress"] and detail["progress"]["learners"] == 2
+    assert detail["progress"]["ps"]["staleness_histogram"][0] == 800
+    confusion = detail["model"]["metrics"]["confusion"]
+    assert confusion["labels"] == ["flights", "music", "weather"]
+
+
+def test_unknown_routes_are_counted_under_one_label(client: TestClient) -> None:
+    for path in ("/nope/1", "/nope/2"):
+        client.get(path)
+
+    found = _samples(client)
+
+    assert _total(found["taas_http_requests_total"], route="<unmatched>", status="404") == 2

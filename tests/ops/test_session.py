@@ -1,0 +1,63 @@
+"""/ops login: only the admin key opens a session, kept in a secure cookie; nothing without one."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import ADMIN_KEY, TenantHandle
+from tests.ops.conftest import log_in
+
+PAGES = ["/ops", "/ops/jobs", "/ops/jobs/some-job", "/ops/tenants"]
+FEED = ["/ops/api/overview", "/ops/api/jobs", "/ops/api/jobs/some-job", "/ops/api/tenants"]
+
+
+def test_admin_key_opens_an_http_only_strict_session_cookie_and_no_key_in_the_url(client: TestClient) -> None:
+    reply = client.post("/ops/login", data={"key": ADMIN_KEY}, follow_redirects=False)
+
+    assert reply.status_code == 303 and reply.headers["location"] == "/ops"
+    cookie = reply.headers["set-cookie"]
+    assert cookie.startswith("taas_ops=") and ADMIN_KEY not in cookie
+    assert {"HttpOnly", "SameSite=strict", "Path=/ops"} <= {p.strip() for p in cookie.split(";")}
+    assert client.get("/ops").status_code == 200
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_pages_without_a_session_redirect_to_the_login_form(client: TestClient, path: str) -> None:
+    reply = client.get(path, follow_redirects=False)
+
+    assert reply.status_code == 303 and reply.headers["location"] == "/ops/login"
+
+
+@pytest.mark.parametrize("path", FEED)
+def test_feed_without_a_session_is_401_without_a_password_prompt(client: TestClient, path: str) -> None:
+    reply = client.get(path)
+
+    assert reply.status_code == 401
+    assert "www-authenticate" not in reply.headers
+
+
+def test_a_tenant_key_cannot_log_in(client: TestClient, tenant: TenantHandle) -> None:
+    log_in(client, tenant.api_key)
+
+    assert "taas_ops" not in client.cookies
+    assert client.get("/ops/api/overview").status_code == 401
+    assert client.get("/ops/api/overview", headers=tenant.headers).status_code == 401
+
+
+def test_a_tampered_cookie_is_no_session(ops_client: TestClient) -> None:
+    expires, nonce, signature = ops_client.cookies["taas_ops"].split(".")
+    ops_client.cookies.clear()
+    ops_client.cookies.set("taas_ops", f"{int(expires) + 3600}.{nonce}.{signature}", path="/ops")
+
+    assert ops_client.get("/ops/api/overview").status_code == 401
+
+
+def test_logout_needs_the_csrf_token_and_ends_the_session(ops_client: TestClient, csrf: str) -> None:
+    refused = ops_client.post("/ops/logout", data={"csrf": "wrong"}, follow_redirects=False)
+    assert refused.status_code == 403
+
+    reply = ops_client.post("/ops/logout", data={"csrf": csrf}, follow_redirects=False)
+
+    assert reply.status_code == 303 and reply.headers["location"] == "/ops/login"
+    assert ops_client.get("/ops/api/overview").status_code == 401

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from service import serving
+from service import ops, serving
 from service.api import errors
 from service.api.routes import admin, classifiers, classify, datasets
 from service.api.uploads import BodyLimit
 from service.db import make_engine, session_factory
+from service.metrics import Metrics, MetricsMiddleware
 from service.ratelimit import RateLimiter
 from service.serving import ModelCache
 from service.settings import Settings, get_settings
@@ -22,19 +24,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the API on ``settings`` (default: the environment's). The lifespan opens the
     database engine, the artifact store and the model cache, and closes the engine at exit."""
     settings = settings or get_settings()
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings)
         app.state.settings = settings
         app.state.sessions = session_factory(engine)
-        app.state.store = ArtifactStore(settings.resolved_artifacts_dir())
-        app.state.models = ModelCache(settings.model_cache_bytes, threads=settings.serving_threads)
+        app.state.store = ArtifactStore.open(settings)
+        app.state.models = ModelCache(
+            settings.model_cache_bytes,
+            threads=settings.serving_threads,
+            fetch=functools.partial(app.state.store.fetch, folder=True),
+        )
         serving.use_one_torch_thread()
         app.state.limiter = RateLimiter(settings.redis_url, burst_seconds=settings.classify_burst_seconds)
+        app.state.metrics = metrics
+        metrics.watch_platform(app.state.sessions)
         try:
             yield
         finally:
+            metrics.watch_platform(None)
             app.state.limiter.close()
             app.state.models.close()
             engine.dispose()
@@ -51,6 +61,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         json_bytes=settings.max_json_bytes,
         upload_paths=("/v1/classifiers", "/v1/datasets"),
     )
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
     for module in (classifiers, classify, datasets, admin):
         app.include_router(module.router)
+    ops.install(app)
     return app

@@ -94,8 +94,18 @@ class ModelCache:
     unreachable (classify looks the classifier up first) and ages out of the LRU.
     """
 
-    def __init__(self, budget_bytes: int, *, loaders: int = 2, threads: int = 2) -> None:
+    def __init__(
+        self,
+        budget_bytes: int,
+        *,
+        loaders: int = 2,
+        threads: int = 2,
+        fetch: Callable[[Path], Path] = lambda model_dir: model_dir,
+    ) -> None:
         self.budget_bytes = budget_bytes
+        # Makes the model folder local before a load: ArtifactStore.fetch downloads it from the
+        # remote store on nodes without a shared file system (on the loader thread).
+        self._fetch = fetch
         # Classify work (lookups, inference) runs on at most ``threads`` worker threads: more
         # only contend for the GIL and stretch every request's latency.
         self.threads = CapacityLimiter(threads)
@@ -134,7 +144,7 @@ class ModelCache:
             self._models.clear()
 
     def _load(self, key: _Key, model_dir: Path) -> LoadedModel:
-        model = LoadedModel.load(model_dir)
+        model = LoadedModel.load(self._fetch(model_dir))
         with self._lock:
             self._models[key] = model
             self._models.move_to_end(key)

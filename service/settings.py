@@ -64,6 +64,11 @@ class Settings(BaseSettings):
         ge=0,
         description="Learner processes per training job (K); 0 = auto: one per core, fewer for small data.",
     )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where a worker trains: auto = CUDA when the node has a GPU, else the CPU; "
+        "cuda fails each job (with a reason) on a node without one.",
+    )
     lease_seconds: int = Field(
         10, gt=0, description="How long a worker's claim on a job lasts unrenewed (the crash detector)."
     )
@@ -95,6 +100,13 @@ class Settings(BaseSettings):
     checkpoint_every_seconds: float | None = Field(
         None, gt=0, description="Operator override of the trainer's checkpoint cadence in seconds."
     )
+    cross_fit_folds: int | None = Field(
+        None,
+        ge=0,
+        description="Operator override of the folds that score data too small for a validation "
+        "split (default 5: held-out metrics and calibration cost ~5x the training time there); "
+        "0 or 1 = off: such data reports metrics on its training rows and is not calibrated.",
+    )
 
     # --- serving -------------------------------------------------------------------------
     model_cache_bytes: int = Field(512 * 1024 * 1024, gt=0, description="Memory budget of the model LRU.")
@@ -119,6 +131,9 @@ class Settings(BaseSettings):
     )
     classify_burst_seconds: float = Field(
         2.0, gt=0, description="Burst a tenant may spend at once, in seconds of its classify rate."
+    )
+    access_log: bool = Field(
+        False, description="Log a line per HTTP request (uvicorn's access log; costly at classify rates)."
     )
 
     def resolved_database_url(self) -> str:

@@ -11,6 +11,14 @@ Besides these path methods, the store has the key-based interface that every art
 shares (:class:`service.artifacts.ArtifactBackend`: ``put_bytes``, ``upload``, ``download``,
 ``list_keys``, ``upload_tree`` ...), so code written against keys runs unchanged on the
 S3-compatible backend (:mod:`service.artifacts.s3`).
+
+Nodes without a shared file system (``TAAS_ARTIFACTS_URL=s3://...``): every node keeps its own
+local root as a working copy of a *remote* backend, by key. Writes go through to the remote
+(``put_file``, ``publish``) before the database row naming them is written; deletes remove
+both copies; reads fetch on a local miss (``fetch``). Every path the database names is written
+once and never rewritten (models and checkpoints live in per-claim folders), so a node's local
+copy of a key is never stale. Without a remote, the local root is the store and the remote
+operations do nothing.
 """
 
 from __future__ import annotations
@@ -19,15 +27,28 @@ import os
 import shutil
 import uuid
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
-from service.artifacts.base import TreeOps, _is_staging, check_key, check_prefix
+from service.artifacts.base import ArtifactBackend, TreeOps, _is_staging, check_key, check_prefix
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 
 class ArtifactStore(TreeOps):
     """Tenant-scoped file layout with atomic puts; the root may be a local dir or a shared volume."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, remote: ArtifactBackend | None = None) -> None:
         self.root = root.resolve()
+        self.remote = remote
+
+    @classmethod
+    def open(cls, settings: Settings) -> ArtifactStore:
+        """The node's store: the local artifact root, with the S3 remote when one is configured."""
+        from service.artifacts import open_backend
+
+        remote = open_backend(settings) if settings.artifacts_url else None
+        return cls(settings.resolved_artifacts_dir(), remote)
 
     def dataset_path(self, tenant_id: str, dataset_id: str) -> Path:
         """Where a tenant's stored dataset (canonical CSV) lives."""
@@ -63,10 +84,16 @@ class ArtifactStore(TreeOps):
         return self.root.joinpath(*pure.parts)
 
     def put_file(self, source: Path, dest: Path) -> None:
-        """Move ``source`` to ``dest`` atomically: a reader sees no file or the whole file.
+        """Move ``source`` to ``dest`` atomically (a reader sees no file or the whole file), and
+        to the remote store when there is one.
 
-        ``source`` is consumed. Raises OSError on failure (``source`` is then removed too).
+        ``source`` is consumed. Raises OSError on failure (``source`` is then removed too; a
+        ``dest`` already moved stays, and the caller, whose row was not written, removes it).
         """
+        self._put_local(source, dest)
+        self.publish(dest)
+
+    def _put_local(self, source: Path, dest: Path) -> None:
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
             if source.stat().st_dev == dest.parent.stat().st_dev:
@@ -85,12 +112,80 @@ class ArtifactStore(TreeOps):
             source.unlink(missing_ok=True)
 
     def delete_file(self, path: Path) -> None:
-        """Remove one stored file if present."""
+        """Remove one stored file if present (here and on the remote)."""
         path.unlink(missing_ok=True)
+        if self.remote is not None:
+            self.remote.delete(self.relative(path))
+
+    def delete_tree(self, folder: Path, *, keep: Path | None = None) -> None:
+        """Remove a folder and everything in it, here and on the remote; with ``keep``, all but
+        that subfolder (the remote may hold subfolders that other nodes wrote)."""
+        if keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
+        elif folder.is_dir():
+            for child in folder.iterdir():
+                if child != keep:
+                    shutil.rmtree(child, ignore_errors=True)
+        if self.remote is None:
+            return
+        kept = None if keep is None else self.relative(keep) + "/"
+        for key in self.remote.list_keys(self.relative(folder)):
+            if kept is None or not key.startswith(kept):
+                self.remote.delete(key)
 
     def delete_classifier(self, tenant_id: str, classifier_id: str) -> None:
         """Remove a classifier's checkpoints and model, if any."""
-        shutil.rmtree(self.classifier_dir(tenant_id, classifier_id), ignore_errors=True)
+        self.delete_tree(self.classifier_dir(tenant_id, classifier_id))
+
+    # --- the node-local working copy of a remote store -------------------------------------
+    def publish(self, path: Path) -> None:
+        """Copy a file or folder this node wrote under the root to the remote store (no-op
+        without one)."""
+        if self.remote is None:
+            return
+        key = self.relative(path)
+        if path.is_dir():
+            self.remote.upload_tree(path, key)
+        else:
+            self.remote.upload(path, key)
+
+    def prune(self, folder: Path) -> None:
+        """Remove the remote objects under ``folder`` that the local folder no longer has (e.g.
+        the checkpoints the trainer rotated out)."""
+        if self.remote is None:
+            return
+        here = {self.relative(p) for p in folder.rglob("*") if p.is_file()} if folder.is_dir() else set()
+        for key in self.remote.list_keys(self.relative(folder)):
+            if key not in here:
+                self.remote.delete(key)
+
+    def fetch(self, path: Path, *, folder: bool = False) -> Path:
+        """``path`` under the root, copied from the remote store first when it is not here.
+
+        A folder arrives whole or not at all (downloaded to staging, then renamed in), so a
+        reader never loads half a model. FileNotFoundError when neither copy exists.
+        """
+        if path.is_dir() if folder else path.is_file():
+            return path
+        if self.remote is None:
+            raise FileNotFoundError(f"no artifact {self.relative(path)!r} in {self.describe()}")
+        key = self.relative(path)
+        if not folder:
+            self.remote.download(key, path)
+            return path
+        staging = self.temp_path(".fetch")
+        try:
+            if self.remote.download_tree(key, staging) == 0:
+                raise FileNotFoundError(f"no artifact folder {key!r} in {self.remote.describe()}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.replace(staging, path)
+            except OSError:
+                if not path.is_dir():  # not "another request fetched it first"
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return path
 
     # --- the key-based backend interface (service.artifacts.ArtifactBackend) ---------------
     def describe(self) -> str:

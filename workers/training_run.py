@@ -31,6 +31,7 @@ from pathlib import Path
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from service import history
 from service.db import make_engine, session_factory
 from service.jobs import (
     BackOff,
@@ -91,12 +92,11 @@ def run_training_job(
 
 
 def operator_hparams(settings: Settings) -> HParams:
-    """The installation's HParams with the operator's checkpoint-cadence overrides applied."""
+    """The installation's HParams with the operator's overrides (checkpoint cadence, folds)."""
     overrides: dict[str, object] = {}
-    if settings.checkpoint_every_updates is not None:
-        overrides["checkpoint_every_updates"] = settings.checkpoint_every_updates
-    if settings.checkpoint_every_seconds is not None:
-        overrides["checkpoint_every_seconds"] = settings.checkpoint_every_seconds
+    for name in ("checkpoint_every_updates", "checkpoint_every_seconds", "cross_fit_folds"):
+        if (value := getattr(settings, name)) is not None:
+            overrides[name] = value
     return dataclasses.replace(DEFAULT_HPARAMS, **overrides)  # type: ignore[arg-type]
 
 
@@ -114,12 +114,13 @@ class _JobRun:
         self.worker_id = worker_id
         self.sessions = sessions
         self.stop_requested = stop_requested
-        self.store = ArtifactStore(settings.resolved_artifacts_dir())
+        self.store = ArtifactStore.open(settings)
         self.keeper: LeaseKeeper | None = None
         self.checkpoints: _CheckpointWatcher | None = None
         self.resumed_from: int | None = None
         self._last_progress = 0.0
         self._last_phase = ""
+        self._history: list[dict[str, object]] = []
 
     def run(self) -> None:
         with self.sessions() as session:
@@ -167,10 +168,12 @@ class _JobRun:
                 self._retry(lease, GENERIC_FAILURE)
 
     def _train_and_finish(self, lease: JobLease, dataset_path: str, context: JobContext) -> None:
-        data = read_labelled_csv(self.store.resolve(dataset_path))
+        data = read_labelled_csv(self.store.fetch(self.store.resolve(dataset_path)))
         checkpoints = self.store.resolve(context.checkpoint_dir)
         workdir = checkpoints / f"epoch-{lease.epoch}"
         self.resumed_from = _seed_workdir(self.store, context, workdir)
+        with self.sessions() as session:
+            self._history = history.recorded(session, self.job_id)
         self.checkpoints = _CheckpointWatcher(workdir, lease, self, self.resumed_from)
         # Each claim writes its own model folder, and only the fenced finish_job decides which
         # one the classifier points at: a worker that lost its lease overwrites nothing.
@@ -184,6 +187,7 @@ class _JobRun:
                 out_dir=staging,
                 hparams=operator_hparams(self.settings),
                 learners=self.settings.learners,
+                device=self.settings.device,
                 on_progress=self._on_progress,
                 should_stop=self._should_stop,
             )
@@ -192,6 +196,7 @@ class _JobRun:
             os.replace(staging, model_dir)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        self.store.publish(model_dir)  # stored for every node before a classifier can point at it
         with self.sessions() as session:
             finished = finish_job(
                 session,
@@ -203,13 +208,11 @@ class _JobRun:
             )
         if not finished:
             log.warning("job %s: lease lost before the model could be recorded", self.job_id)
-            shutil.rmtree(model_dir, ignore_errors=True)
+            self.store.delete_tree(model_dir)
             self._clean_if_deleted(context)
             return
-        shutil.rmtree(checkpoints, ignore_errors=True)
-        for stale in models.iterdir():
-            if stale != model_dir:
-                shutil.rmtree(stale, ignore_errors=True)
+        self.store.delete_tree(checkpoints)
+        self.store.delete_tree(models, keep=model_dir)
         log.info(
             "job %s: done in %.1fs after %d updates, accuracy %s",
             self.job_id,
@@ -230,8 +233,11 @@ class _JobRun:
 
     def _write_progress(self, progress: Progress) -> None:
         assert self.keeper is not None
+        report = progress.as_dict()
+        self._history = history.with_point(self._history, report, time.time())
+        report[history.HISTORY_KEY] = self._history
         with self.sessions() as session:
-            if not record_progress(session, self.keeper.lease, progress.as_dict(), now=_now()):
+            if not record_progress(session, self.keeper.lease, report, now=_now()):
                 self.keeper.mark_lost("progress write refused")
 
     def _record_resumed(self, step: int) -> None:
@@ -262,6 +268,9 @@ class _JobRun:
         raise JobInterrupted(f"job {self.job_id} interrupted by worker shutdown; checkpoint kept")
 
     def _record_checkpoint(self, lease: JobLease, path: Path, step: int) -> bool:
+        # Stored for every node (and the rotated-out one removed) before the pointer names it.
+        self.store.publish(path)
+        self.store.prune(path.parent)
         with self.sessions() as session:
             return record_checkpoint(session, lease, path=self.store.relative(path), step=step, now=_now())
 
@@ -339,7 +348,7 @@ def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> i
     source = store.resolve(context.checkpoint_path)
     target = workdir / source.name
     try:
-        os.link(source, target)
+        os.link(store.fetch(source), target)
     except FileNotFoundError:
         log.warning("job %s: recorded checkpoint %s is missing; starting over", context.job_id, source)
         return None

@@ -1,0 +1,136 @@
+"""Nodes that share no file system: an API node and two worker nodes, each with its own local
+artifact root, that meet only in S3 (a real moto server) and the database.
+
+Worker A trains until its first checkpoint and is stopped (a node shutting down); worker B, with
+nothing on its disk, resumes from that checkpoint in S3 and finishes; the API node classifies
+with the model it fetched from S3; deleting the classifier removes its objects from S3.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import boto3
+import pytest
+from fastapi.testclient import TestClient
+
+from service.artifacts import layout
+from service.settings import Settings
+from tests.conftest import TenantHandle
+from workers.training_run import JobInterrupted, run_training_job
+
+# The database is not what this test is about: SQLite only (the job protocol runs on both
+# databases in tests/workers and tests/e2e).
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
+
+_INTENTS = {
+    "weather": ["will it rain in {}", "weather forecast for {}", "how warm is it in {} today"],
+    "flights": ["book a flight to {}", "cheapest plane ticket to {}", "fly me to {} tomorrow"],
+}
+_PLACES = ["paris", "berlin", "tokyo", "lima", "oslo", "cairo", "quito", "perth"]
+
+
+@pytest.fixture
+def node(
+    settings_factory: Callable[..., Settings], tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> Callable[[str], Settings]:
+    """``node(name)``: settings of one node, with its own data dir and the shared bucket."""
+
+    def make(name: str) -> Settings:
+        return settings_factory(
+            redis_url=None,
+            data_dir=tmp_path / name,
+            artifacts_dir=tmp_path / name / "artifacts",
+            artifacts_url=f"s3://{s3_bucket}/taas",
+            s3_endpoint_url=s3_endpoint,
+            s3_addressing_style="path",
+            learners=1,
+            checkpoint_every_updates=4,
+        )
+
+    return make
+
+
+@pytest.fixture
+def settings(node: Callable[[str], Settings]) -> Settings:
+    """The API node's settings (the ``client`` and ``tenant`` fixtures build on these)."""
+    return node("api")
+
+
+def _remote_keys(bucket: str, endpoint: str, prefix: str) -> list[str]:
+    listing = boto3.client("s3", endpoint_url=endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return [item["Key"] for item in listing.get("Contents", [])]
+
+
+def _training_csv(path: Path) -> bytes:
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        writer = csv.writer(out)
+        for label, templates in _INTENTS.items():
+            for template in templates:
+                for place in _PLACES:
+                    writer.writerow([template.format(place), label])
+    return path.read_bytes()
+
+
+def test_worker_nodes_resume_and_serve_through_s3_only(
+    client: TestClient,
+    tenant: TenantHandle,
+    node: Callable[[str], Settings],
+    settings: Settings,
+    tmp_path: Path,
+    s3_endpoint: str,
+    s3_bucket: str,
+) -> None:
+    created = client.post(
+        "/v1/classifiers",
+        files={
+            "training_data": ("train.csv", _training_csv(tmp_path / "train.csv"), "text/csv"),
+            "training_metadata": (None, json.dumps({"name": "nodes", "language": "en"}), "application/json"),
+        },
+        headers=tenant.headers,
+    )
+    assert created.status_code == 200, created.text
+    classifier_id = created.json()["classifier_id"]
+    classifier_keys = f"taas/{layout.classifier_prefix(tenant.id, classifier_id)}/"
+    events = client.get(f"/v1/classifiers/{classifier_id}/events", headers=tenant.headers).json()["events"]
+    job_id = events[0]["job_id"]
+
+    worker_a, worker_b = node("worker-a"), node("worker-b")
+    a_root = worker_a.resolved_artifacts_dir()
+    with pytest.raises(JobInterrupted):  # node A shuts down right after its first checkpoint
+        run_training_job(
+            job_id, worker_a, "node-a:1", stop_requested=lambda: any(a_root.rglob("checkpoints/*/ckpt-*"))
+        )
+    checkpoints = [k for k in _remote_keys(s3_bucket, s3_endpoint, classifier_keys) if "/checkpoints/" in k]
+    assert checkpoints, "the checkpoint was not stored in S3 before its pointer was recorded"
+
+    run_training_job(job_id, worker_b, "node-b:1")  # node B: nothing on its disk but S3's copy
+
+    timeline = client.get(f"/v1/classifiers/{classifier_id}/events", headers=tenant.headers).json()["events"]
+    resumed = [e for e in timeline if e["event"] == "resumed"]
+    assert resumed and resumed[0]["worker"] == "node-b:1" and resumed[0]["step"] > 0
+    assert timeline[-1]["event"] == "done"
+    assert (
+        client.get(f"/v1/classifiers/{classifier_id}", headers=tenant.headers).json()["status"] == "Available"
+    )
+
+    api_root = settings.resolved_artifacts_dir()
+    assert not list(api_root.rglob("model")), "the API node has no model before its first classify"
+    reply = client.post(
+        f"/v1/classifiers/{classifier_id}/classify",
+        json={"text": "book a flight to rome"},
+        headers=tenant.headers,
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["top_class"] == "flights"
+    assert list(api_root.rglob("model/epoch-*/*")), "the API node serves a copy fetched from S3"
+    remote = _remote_keys(s3_bucket, s3_endpoint, classifier_keys)
+    assert remote and not [k for k in remote if "/checkpoints/" in k], "checkpoints are removed once done"
+
+    assert client.delete(f"/v1/classifiers/{classifier_id}", headers=tenant.headers).status_code == 200
+    assert _remote_keys(s3_bucket, s3_endpoint, classifier_keys) == []
+    dataset_key = f"taas/{layout.tenant_prefix(tenant.id)}/datasets/"
+    assert _remote_keys(s3_bucket, s3_endpoint, dataset_key) == []

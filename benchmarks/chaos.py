@@ -23,7 +23,8 @@ With ``--json`` it prints one line per scenario::
 
 Lease, heartbeat, reconciler and back-off run with their defaults; only the checkpoint cadence
 is set (``TAAS_CHECKPOINT_EVERY_UPDATES``, an operator setting) so that a 10-30 s job takes
-several checkpoints. The scenario functions are also the end-to-end crash tests
+several checkpoints, and the small-data fold scoring is off (``TAAS_CROSS_FIT_FOLDS=0``) so
+that a job ends when its training does. The scenario functions are also the end-to-end crash tests
 (``tests/e2e/test_crash.py``).
 """
 
@@ -73,21 +74,23 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _children(pid: int) -> list[int]:
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children, grandchildren, ...), read from /proc."""
     parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue
+        # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
         fields = text[text.rindex(")") + 2 :].split()
         if fields[0] != "Z":
             parents[int(stat.parent.name)] = int(fields[1])
-    found: list[int] = []
-    frontier = [pid]
+    found: set[int] = set()
+    frontier = {pid}
     while frontier:
-        frontier = [child for child, parent in parents.items() if parent in frontier and child not in found]
-        found += frontier
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
     return found
 
 
@@ -180,14 +183,16 @@ class Platform:
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TAAS_")}
         env.update(
-            TAAS_CHECKPOINT_EVERY_UPDATES=str(CHECKPOINT_EVERY_UPDATES), TAAS_ADMIN_KEY="chaos-admin-key"
+            TAAS_CHECKPOINT_EVERY_UPDATES=str(CHECKPOINT_EVERY_UPDATES),
+            TAAS_CROSS_FIT_FOLDS="0",  # tiny data: no held-out fold models after training
+            TAAS_ADMIN_KEY="chaos-admin-key",
         )
         if self.flavour == "services":
             if self.redis is None:
                 self.redis = ExternalRedis(self.folder / "redis-ext")
                 self.redis.start()
             if self.database is None:
-                self.database = _create_database()
+                self.database = create_database()
             env.update(TAAS_REDIS_URL=self.redis.url, TAAS_DATABASE_URL=self.database)
         env.update(self.env)
         taas = Path(sys.executable).with_name("taas")
@@ -210,7 +215,7 @@ class Platform:
     def stop(self) -> None:
         """Stop `taas up` (and anything it left), the external Redis, drop the database."""
         if self.process is not None and self.process.poll() is None:
-            left = _children(self.process.pid)
+            left = descendants(self.process.pid)
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=90)
@@ -223,7 +228,7 @@ class Platform:
         if self.redis is not None:
             self.redis.kill()
         if self.database is not None:
-            _drop_database(self.database)
+            drop_database(self.database)
 
     # processes ---------------------------------------------------------------------------
 
@@ -231,7 +236,7 @@ class Platform:
         """Live children of the given role: worker, reconciler, api, redis."""
         assert self.process is not None
         found = []
-        for pid in _children(self.process.pid):
+        for pid in sorted(descendants(self.process.pid)):
             argv = _cmdline(pid)
             if _role(argv) == role:
                 found.append(pid)
@@ -278,16 +283,19 @@ def _role(argv: list[str]) -> str | None:
     return None
 
 
-def _create_database() -> str:
+def create_database(prefix: str = "taas_chaos") -> str:
+    """A brand-new, empty PostgreSQL database named ``<prefix>_<random>``: its SQLAlchemy URL.
+    Raises psycopg.Error when the server is unreachable."""
     import psycopg
 
-    name = f"taas_chaos_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(PG_SERVER, autocommit=True, connect_timeout=3) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     return f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
 
 
-def _drop_database(url: str) -> None:
+def drop_database(url: str) -> None:
+    """Drop a database made by :func:`create_database` (connections to it are closed)."""
     import psycopg
 
     name = url.rsplit("/", 1)[1]

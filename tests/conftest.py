@@ -22,6 +22,8 @@ Fixtures
 ``tenant_factory``     ``tenant_factory(name=None) -> TenantHandle`` (id, name, api_key, headers),
                        created through the admin API of ``client``.
 ``tenant``             one fresh tenant.
+``postgres_database``  a brand-new, empty PostgreSQL database for one test (dropped after it);
+                       its SQLAlchemy URL. Skipped, with the reason, when the server is down.
 ``wait_until``         ``wait_until(predicate, timeout=10.0, interval=0.05, message="")``: polls
                        until ``predicate()`` is truthy and returns its value; fails the test at
                        the deadline. Never sleep bare in a test.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,6 +48,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session
 
+from benchmarks.chaos import create_database, drop_database
 from service.app import create_app
 from service.db import make_engine, session_factory
 from service.settings import Settings
@@ -75,29 +79,56 @@ def _postgres_unreachable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A migrated database for this test session, on each backend in turn."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'taas.db'}"
+def fresh_postgres_database(prefix: str) -> Iterator[str]:
+    """Create an empty PostgreSQL database named ``<prefix>_<random>``, yield its SQLAlchemy URL,
+    drop it afterwards (skips the test when the server is unreachable)."""
+    try:
+        url = create_database(prefix)
+    except psycopg.Error as exc:
+        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 is unreachable: {exc}")
+    try:
+        yield url
+    finally:
+        drop_database(url)
+
+
+@pytest.fixture
+def postgres_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for one test (dropped afterwards); its SQLAlchemy URL."""
+    yield from fresh_postgres_database("taas_test")
+
+
+@contextmanager
+def migrated_database(kind: str, folder: Path) -> Iterator[str]:
+    """The URL of a freshly migrated database (``kind``: ``sqlite``, a file in ``folder``, or
+    ``postgresql``, a schema of its own in the test database, dropped afterwards); skips when
+    PostgreSQL is unreachable. The PostgreSQL URL carries its schema, so subprocesses see it."""
+    if kind == "sqlite":
+        url = f"sqlite:///{folder / 'taas.db'}"
         migrate(url)
         yield url
         return
-    reason = _postgres_unreachable()
-    if reason:
+    if reason := _postgres_unreachable():
         pytest.skip(reason)
     schema = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_SERVER_URL)
     with admin.begin() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    url = f"{PG_SERVER_URL}?options=-csearch_path%3D{schema}"
     try:
+        url = f"{PG_SERVER_URL}?options=-csearch_path%3D{schema}"
         migrate(url)
         yield url
     finally:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database for this test session, on each backend in turn."""
+    with migrated_database(request.param, tmp_path_factory.mktemp("db")) as url:
+        yield url
 
 
 @pytest.fixture
@@ -111,6 +142,8 @@ def settings_factory(tmp_path: Path, database_url: str) -> Callable[..., Setting
             "database_url": database_url,
             "redis_url": REDIS_TEST_URL,
             "admin_key": ADMIN_KEY,
+            # tiny data sets: no held-out fold models (~6x the training time; tests/trainer has them)
+            "cross_fit_folds": 0,
         }
         values.update(overrides)
         return Settings(**values)

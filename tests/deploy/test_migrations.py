@@ -7,11 +7,9 @@ Whatever the head is gets tested: the chain is read from ``migrations/versions``
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -22,9 +20,9 @@ from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import make_url
 
 from service.models import Base
+from tests.conftest import fresh_postgres_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 def _config(url: str) -> Config:
@@ -42,17 +40,7 @@ def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'fresh.db'}"
         return
-    name = f"taas_mig_{uuid.uuid4().hex[:12]}"
-    try:
-        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
-    except psycopg.Error as exc:
-        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 is unreachable: {exc}")
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    yield from fresh_postgres_database("taas_mig")
 
 
 def _diff(url: str) -> list[object]:

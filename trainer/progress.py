@@ -21,6 +21,9 @@ class Progress:
     checkpoints: int  # checkpoints written so far in this job (across resumes)
     resumed: int  # how many times this job was resumed from a checkpoint
     learners: int  # K
+    # accuracy on the validation split at the end of the last epoch (None before the first
+    # epoch ends, and for data too small for a split)
+    validation_accuracy: float | None = None
     # parameter-server counters (trainer.ps.counters.PSStats.as_dict(), cumulative across
     # resumes for pushed/applied/dropped): pushed, applied, dropped, staleness histogram,
     # seconds in push/pull/apply/compute, bytes moved. None before the server exists.
@@ -70,6 +73,7 @@ class ProgressReporter:
         checkpoints: int,
         resumed: int,
         ps: dict[str, object] | None = None,
+        validation_accuracy: float | None = None,
     ) -> None:
         """Call on_progress with a Progress for these values; rates count from the first report."""
         now = time.monotonic()
@@ -92,6 +96,7 @@ class ProgressReporter:
                 checkpoints=checkpoints,
                 resumed=resumed,
                 learners=self.learners,
+                validation_accuracy=validation_accuracy,
                 ps=ps,
             )
         )

@@ -18,6 +18,12 @@ def test_history_past_its_bound_keeps_every_other_point_and_the_newest() -> None
     assert [p["step"] for p in history] == sorted(p["step"] for p in history)
 
 
+def test_a_point_carries_the_charted_fields_of_a_progress_report() -> None:
+    report = {"epoch": 2, "step": 40, "loss": 0.5, "samples_per_second": 900.0, "validation_accuracy": 0.75}
+    (point,) = with_point([], {**report, "phase": "training", "ps": {"pushed": 40}}, at=12.5)
+    assert point == {"t": 12.5, **report}
+
+
 def test_the_next_claim_starts_from_the_series_recorded_with_the_job(
     finished_job: FinishedJob, session: Session
 ) -> None:

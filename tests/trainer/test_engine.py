@@ -91,6 +91,23 @@ def test_progress_reports_every_phase_in_order_with_global_steps(
     counters = seen[-1].ps
     assert counters is not None and counters["learners"] == 1
     assert counters["applied"] == counters["pushed"] == result.applied_updates
+    # validation accuracy: none before the first epoch ends, then the last epoch's, in [0, 1]
+    assert seen[0].validation_accuracy is None
+    measured = [p.validation_accuracy for p in seen if p.validation_accuracy is not None]
+    assert measured and all(0.0 <= a <= 1.0 for a in measured)
+    assert seen[-1].validation_accuracy is not None
+
+
+def test_data_without_a_validation_split_reports_no_validation_accuracy(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
+) -> None:
+    seen: list[Progress] = []
+    no_split = dataclasses.replace(quick_hparams, min_validation_rows=1000, cross_fit_folds=0)
+    train(
+        small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=no_split, on_progress=seen.append
+    )
+    assert seen[-1].phase == "done"
+    assert all(p.validation_accuracy is None for p in seen)
 
 
 def test_metrics_are_reported_on_the_validation_split(

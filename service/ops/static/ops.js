@@ -140,6 +140,9 @@ const pages = {
       document.getElementById("bar").style.width = `${Math.round(100 * job.fraction)}%`;
       const h = job.history;
       TaasCharts.line(document.getElementById("loss-chart"), [{ name: "loss", points: h.map((p) => [p.step, p.loss]) }]);
+      TaasCharts.line(document.getElementById("accuracy-chart"),
+        [{ name: "validation accuracy", points: h.map((p) => [p.step, p.validation_accuracy]) }],
+        { emptyText: "Measured at each epoch's end on the validation split (none for data under ~1,000 rows)." });
       TaasCharts.line(document.getElementById("rate-chart"),
         [{ name: "samples/s", points: h.map((p) => [p.t, p.samples_per_second]) }], { time: true, yMin: 0 });
       const ps = job.progress.ps || {};

@@ -128,9 +128,12 @@ class ArtifactStore(TreeOps):
                     shutil.rmtree(child, ignore_errors=True)
         if self.remote is None:
             return
-        kept = None if keep is None else self.relative(keep) + "/"
+        if keep is None:
+            self.remote.delete_prefix(self.relative(folder))
+            return
+        kept = self.relative(keep) + "/"
         for key in self.remote.list_keys(self.relative(folder)):
-            if kept is None or not key.startswith(kept):
+            if not key.startswith(kept):
                 self.remote.delete(key)
 
     def delete_classifier(self, tenant_id: str, classifier_id: str) -> None:

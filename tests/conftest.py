@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+import redis
 from alembic import command
 from alembic.config import Config
 from fastapi import FastAPI
@@ -90,6 +91,22 @@ def fresh_postgres_database(prefix: str) -> Iterator[str]:
         yield url
     finally:
         drop_database(url)
+
+
+@contextmanager
+def empty_redis_db(url: str) -> Iterator[redis.Redis]:
+    """A client on the Redis database ``url``, emptied before and after (skips the test when the
+    server is unreachable)."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=2)
+    try:
+        client.flushdb()
+    except redis.ConnectionError as error:
+        pytest.skip(f"Redis at 127.0.0.1:6379 is unreachable: {error}")
+    try:
+        yield client
+    finally:
+        client.flushdb()
+        client.close()
 
 
 @pytest.fixture

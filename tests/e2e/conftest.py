@@ -28,9 +28,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from benchmarks.chaos import descendants, free_port
+from tests.conftest import empty_redis_db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -178,14 +178,8 @@ def embedded_platform(platform_factory: Callable[..., Platform]) -> Platform:
 @pytest.fixture
 def services_redis() -> Iterator[str]:
     """Redis db 13 of the machine's server, emptied before and after."""
-    client = redis.Redis.from_url(SERVICES_REDIS_URL, socket_connect_timeout=2)
-    try:
-        client.flushdb()
-    except redis.ConnectionError as error:
-        pytest.skip(f"Redis at 127.0.0.1:6379 is unreachable: {error}")
-    yield SERVICES_REDIS_URL
-    client.flushdb()
-    client.close()
+    with empty_redis_db(SERVICES_REDIS_URL):
+        yield SERVICES_REDIS_URL
 
 
 @pytest.fixture(params=["embedded", "services"])

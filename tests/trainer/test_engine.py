@@ -102,7 +102,7 @@ def test_data_without_a_validation_split_reports_no_validation_accuracy(
     tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
 ) -> None:
     seen: list[Progress] = []
-    no_split = dataclasses.replace(quick_hparams, min_validation_rows=1000, cross_fit_folds=0)
+    no_split = dataclasses.replace(_without_split(quick_hparams), cross_fit_folds=0)
     train(
         small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=no_split, on_progress=seen.append
     )

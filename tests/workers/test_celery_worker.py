@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
 from service.settings import Settings
-from tests.conftest import migrated_database
+from tests.conftest import empty_redis_db, migrated_database
 
 pytestmark = pytest.mark.integration
 
@@ -36,14 +35,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 @pytest.fixture
 def broker() -> Iterator[str]:
     """Redis db 14 of the machine's server, emptied before and after the test."""
-    client = redis.Redis.from_url(BROKER_URL, socket_connect_timeout=2)
-    try:
-        client.flushdb()
-    except redis.ConnectionError as error:
-        pytest.skip(f"Redis at 127.0.0.1:6379 is unreachable: {error}")
-    yield BROKER_URL
-    client.flushdb()
-    client.close()
+    with empty_redis_db(BROKER_URL):
+        yield BROKER_URL
 
 
 def _states(session: Session, job_ids: list[str]) -> set[str]:

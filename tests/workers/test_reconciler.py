@@ -17,6 +17,7 @@ from service.jobs import claim_job
 from service.models import Classifier, ClassifierStatus, JobState, TrainingJob
 from service.settings import Settings
 from service.store import ArtifactStore
+from tests.conftest import empty_redis_db
 from workers.reconciler import queued_job_ids, reconcile_once
 
 pytestmark = pytest.mark.integration
@@ -26,14 +27,8 @@ BROKER_URL = "redis://127.0.0.1:6379/14"
 
 @pytest.fixture
 def broker() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(BROKER_URL, socket_connect_timeout=2)
-    try:
-        client.flushdb()
-    except redis.ConnectionError as error:
-        pytest.skip(f"Redis at 127.0.0.1:6379 is unreachable: {error}")
-    yield client
-    client.flushdb()
-    client.close()
+    with empty_redis_db(BROKER_URL) as client:
+        yield client
 
 
 def _job(session: Session, job_id: str) -> TrainingJob:

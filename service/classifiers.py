@@ -4,7 +4,6 @@ cancel and resume their training, and read its timeline."""
 from __future__ import annotations
 
 import logging
-import re
 from datetime import datetime
 from pathlib import Path
 
@@ -20,13 +19,14 @@ from service.settings import Settings
 from service.store import ArtifactStore
 
 log = logging.getLogger(__name__)
-_LANGUAGE = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})?$")
+# The codes Watson NLC accepted, exactly as its API reference spelled them (lower case).
+_LANGUAGES = ("en", "ar", "fr", "de", "it", "ja", "ko", "pt", "es")
 
 
 def check_language(language: object) -> str:
-    """An IETF-style language tag such as ``en`` or ``zh-TW``; BadRequest otherwise."""
-    if not isinstance(language, str) or not _LANGUAGE.match(language):
-        raise BadRequest("language", "must be a language code such as 'en' or 'zh-TW'")
+    """One of the language codes NLC accepted, such as ``en`` or ``ja``; BadRequest otherwise."""
+    if not isinstance(language, str) or language not in _LANGUAGES:
+        raise BadRequest("language", f"must be one of NLC's language codes: {', '.join(_LANGUAGES)}")
     return language
 
 

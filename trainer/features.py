@@ -1,9 +1,17 @@
 """Text to hashed n-gram bags, fastText-style, with TF-IDF weights.
 
 Each text becomes two groups of features: word n-grams (1..word_ngrams) and character
-n-grams (char_ngram_min..char_ngram_max) of each word padded as ``<word>`` (word-boundary
+n-grams (char_ngram_min..char_ngram_max) of each token padded as ``<token>`` (word-boundary
 aware, like scikit-learn's ``char_wb``). Every n-gram is hashed with CRC-32 (stable across
 processes and machines, unlike Python's ``hash()``) into ``buckets`` ids.
+
+Words and tokens are runs of letters, digits and underscores in the lower-cased NFKC text,
+one pipeline for every language, without a language switch. The scripts written without
+spaces between words (Han and kana; hangul too, whose spacing varies from writer to writer)
+have no words to find: there each character is a word, so word 1..2-grams are character
+uni- and bigrams, the usual features of unsegmented text, and a whole run is one token.
+Elsewhere words and tokens are the same runs. Arabic's optional vowel marks and tatweel are
+dropped, so vocalised and bare spellings are one word, and so are variation selectors.
 
 Fitting keeps the buckets seen in training (at most ``max_features``, most frequent first)
 and gives each a row of the embedding table and a smoothed IDF. A text's bag holds the rows
@@ -28,7 +36,25 @@ from typing import Any
 
 import numpy as np
 
-_WORD = re.compile(r"\w+")
+# Letters and digits of the scripts written without spaces between words: Hangul Jamo, CJK
+# iteration marks and numerals, kana, Bopomofo, Hangul syllables, CJK ideographs (NFKC has
+# already folded half-width and compatibility forms into these).
+_UNSEGMENTED = (
+    "\u1100-\u11ff\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c\u3041-\u3096"
+    "\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff\u3105-\u312f\u31a0-\u31bf\u31f0-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7fb\uf900-\ufaff"
+    "\U0001b000-\U0001b16f\U00020000-\U000323af"
+)
+_UNSEGMENTED_CHAR = re.compile(f"[{_UNSEGMENTED}]")
+# Words and tokens are runs of word characters (\w). With those scripts in a text, tokens (the
+# units of character n-grams) are cut where they begin and end, and each of their characters
+# is a word (a unit of word n-grams); the slower pattern runs only on such texts.
+_RUN = re.compile(r"\w+")
+_TOKEN = re.compile(f"[{_UNSEGMENTED}]+|[^\\W{_UNSEGMENTED}]+")
+# Dropped before tokenising: Arabic harakat (tanwin, short vowels, shadda, sukun, ...),
+# superscript alef and tatweel, written or left out at the writer's whim, and variation
+# selectors, which choose a glyph; for \w either would split a word in two.
+_DROPPED = re.compile("[\u0640\u064b-\u065f\u0670\ufe00-\ufe0f\U000e0100-\U000e01ef]")
 _GROUPS = 2  # 0: word n-grams, 1: character n-grams
 # Entries per cache; a full cache is emptied, so unseen input cannot grow it. Both full of
 # random tokens hold about 10 MB per loaded model (5 MB at 1 << 14, which thrashed on a
@@ -73,9 +99,25 @@ class Bags:
         return Bags(self.ids[positions], self.weights[positions], offsets)
 
 
-def tokenize(text: str) -> list[str]:
-    """Lower-cased NFKC word tokens (runs of letters, digits and underscores)."""
-    return _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+def tokenize(text: str) -> tuple[list[str], list[str]]:
+    """A text's words (for word n-grams) and tokens (for character n-grams): lower-cased NFKC
+    runs of letters, digits and underscores, which are both, except that a run of Han, kana or
+    hangul is a token of its own and each of its characters a word. Arabic's optional vowel
+    marks and tatweel, and variation selectors, are dropped."""
+    folded = unicodedata.normalize("NFKC", text).lower()
+    if not folded.isascii():
+        folded = _DROPPED.sub("", folded)
+        if _UNSEGMENTED_CHAR.search(folded):
+            tokens = _TOKEN.findall(folded)
+            words: list[str] = []
+            for token in tokens:
+                if _UNSEGMENTED_CHAR.match(token):
+                    words.extend(token)
+                else:
+                    words.append(token)
+            return words, tokens
+    runs = _RUN.findall(folded)
+    return runs, runs
 
 
 def stable_hash(gram: str, group: int) -> int:
@@ -83,12 +125,11 @@ def stable_hash(gram: str, group: int) -> int:
     return zlib.crc32(gram.encode("utf-8"), group + 1)
 
 
-def _word_grams(tokens: list[str], config: FeaturizerConfig) -> list[str]:
-    return [
-        " ".join(tokens[i : i + n])
-        for n in range(1, config.word_ngrams + 1)
-        for i in range(len(tokens) - n + 1)
-    ]
+def _word_grams(words: list[str], config: FeaturizerConfig) -> list[str]:
+    grams = words[:] if config.word_ngrams >= 1 else []  # unigrams need no join
+    for n in range(2, config.word_ngrams + 1):
+        grams += [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return grams
 
 
 def _char_grams(token: str, config: FeaturizerConfig) -> list[str]:
@@ -100,11 +141,12 @@ def _char_grams(token: str, config: FeaturizerConfig) -> list[str]:
     ]
 
 
-def _grams(tokens: list[str], config: FeaturizerConfig) -> tuple[Counter[str], Counter[str]]:
+def _grams(text: str, config: FeaturizerConfig) -> tuple[Counter[str], Counter[str]]:
+    words, tokens = tokenize(text)
     chars: Counter[str] = Counter()
     for token in tokens:
         chars.update(_char_grams(token, config))
-    return Counter(_word_grams(tokens, config)), chars
+    return Counter(_word_grams(words, config)), chars
 
 
 def hashed_counts(texts: Sequence[str], config: FeaturizerConfig) -> tuple[np.ndarray, ...]:
@@ -115,7 +157,7 @@ def hashed_counts(texts: Sequence[str], config: FeaturizerConfig) -> tuple[np.nd
     bucket_of: list[int] = []
     count_of: list[int] = []
     for index, text in enumerate(texts):
-        for group, counts in enumerate(_grams(tokenize(text), config)):
+        for group, counts in enumerate(_grams(text, config)):
             for gram, count in counts.items():
                 key = (group, gram)
                 bucket = cache.get(key)
@@ -173,9 +215,9 @@ class Featurizer:
         char_parts: list[np.ndarray] = [_NO_ROWS]
         char_bases: list[int] = [0]
         for index, text in enumerate(texts):
-            tokens = tokenize(text)
+            words, tokens = tokenize(text)
             base = index * _GROUPS * width
-            for gram in _word_grams(tokens, self.config):
+            for gram in _word_grams(words, self.config):
                 row = self._word_rows.get(gram)
                 if row is None:
                     row = self._cache(self._word_rows, gram, int(self._rows_of([stable_hash(gram, 0)])[0]))

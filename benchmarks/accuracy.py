@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline, make_union
+from sklearn.pipeline import Pipeline, make_pipeline, make_union
 from sklearn.svm import LinearSVC
 
 from trainer import LabelledData, LoadedModel, read_labelled_csv, train
@@ -148,14 +148,19 @@ def run_fasttext(dataset: str, train_data: LabelledData, test: LabelledData) -> 
         )
 
 
-def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: LabelledData) -> dict[str, object]:
-    """Train and evaluate one TF-IDF peer ('tfidf_lr' or 'tfidf_svm')."""
+def tfidf_pipeline(system: str) -> Pipeline:
+    """The unfitted TF-IDF peer 'tfidf_lr' or 'tfidf_svm'."""
     features = make_union(
         TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
         TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True),
     )
     linear = LogisticRegression(C=10, max_iter=2000) if system == "tfidf_lr" else LinearSVC(C=1)
-    pipeline = make_pipeline(features, linear)
+    return make_pipeline(features, linear)
+
+
+def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: LabelledData) -> dict[str, object]:
+    """Train and evaluate one TF-IDF peer ('tfidf_lr' or 'tfidf_svm')."""
+    pipeline = tfidf_pipeline(system)
     started = time.perf_counter()
     pipeline.fit(train_data.texts, train_data.labels)
     train_s = time.perf_counter() - started

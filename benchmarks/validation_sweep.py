@@ -1,0 +1,140 @@
+"""Compare trainer variants on validation folds carved from train.csv, never test.csv.
+
+    python benchmarks/validation_sweep.py DATASET_DIR... [--folds F] [--repeats R]
+        [--per-repeat N] [--max-rows M] [--set KEY=VALUE...] [--variant NAME:KEY=VALUE[,...]...]
+
+For each folder, only its ``train.csv`` is read (subsampled, stratified, to ``--max-rows``
+when given). Each repeat deals the rows into ``--folds`` stratified folds with its own seed;
+each of the first ``--per-repeat`` folds in turn is the validation set and the other folds
+the training data. On every such split, side by side: ``taas`` (trainer.train, K = 1, with
+DEFAULT_HPARAMS and the ``--set`` overrides), each ``--variant`` (the same plus its own
+HParams overrides, e.g. ``--variant updates6k:min_updates=6000``) and
+benchmarks/accuracy.py's ``tfidf_lr`` and ``tfidf_svm``. ``--set cross_fit_folds=0`` skips
+cross-fitting (six times cheaper on small data; predictions are the same, but the
+temperature stays 1, so ECE is then uncalibrated).
+
+Prints one JSON line per dataset and system: accuracy mean and sd over the splits, pooled
+accuracy and correct count over every validation row, pooled top-1 ECE (15 bins; null for
+the SVM), and for every system but taas the paired count of validation rows it gets right
+and taas wrong (``wins``) and the reverse (``losses``): with one validation set per split
+shared by all systems, wins against losses is the comparison with the most power.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from trainer import DEFAULT_HPARAMS, HParams, LabelledData, LoadedModel, read_labelled_csv, train
+from trainer.data import stratified_folds, stratified_split
+from trainer.evaluate import expected_calibration_error
+
+sys.path.insert(0, str(Path(__file__).parent))
+from accuracy import dataset_name, tfidf_pipeline  # noqa: E402  (the sibling benchmark script)
+
+PEERS = ("tfidf_lr", "tfidf_svm")
+Score = tuple[np.ndarray, np.ndarray | None]  # correct per validation row, top-1 confidence
+
+
+def _subset(data: LabelledData, indices: np.ndarray) -> LabelledData:
+    return LabelledData([data.texts[i] for i in indices], [data.labels[i] for i in indices])
+
+
+def _overrides(text: str) -> dict[str, object]:
+    """'key=value,key=value' as HParams overrides, the values parsed as JSON (numbers, true)."""
+    pairs = (item.split("=", 1) for item in text.split(",") if item)
+    return {key: json.loads(value) for key, value in pairs}
+
+
+def _taas(hparams: HParams, train_data: LabelledData, validation: LabelledData) -> Score:
+    with tempfile.TemporaryDirectory(prefix="taas-sweep-") as tmp:
+        train(train_data, workdir=Path(tmp) / "w", out_dir=Path(tmp) / "m", hparams=hparams, learners=1)
+        model = LoadedModel.load(Path(tmp) / "m")
+    probabilities = model.probabilities(validation.texts)
+    predicted = np.asarray(model.labels)[probabilities.argmax(axis=1)]
+    return predicted == np.asarray(validation.labels), probabilities.max(axis=1)
+
+
+def _peer(system: str, train_data: LabelledData, validation: LabelledData) -> Score:
+    pipeline = tfidf_pipeline(system).fit(train_data.texts, train_data.labels)
+    predicted = np.asarray(pipeline.predict(validation.texts))
+    confidence = pipeline.predict_proba(validation.texts).max(axis=1) if system == "tfidf_lr" else None
+    return predicted == np.asarray(validation.labels), confidence
+
+
+def sweep(
+    folder: Path, systems: dict[str, HParams], folds: int, repeats: int, per_repeat: int, max_rows: int | None
+) -> list[dict[str, object]]:
+    """One summary row per system for the folder's train.csv."""
+    data = read_labelled_csv(folder / "train.csv")
+    if max_rows is not None and len(data) > max_rows:
+        _, keep = stratified_split(data.labels, max_rows / len(data), seed=0)
+        data = _subset(data, keep)
+    runs: dict[str, list[Score]] = {system: [] for system in [*systems, *PEERS]}
+    for repeat in range(repeats):
+        fold_of = stratified_folds(data.labels, folds, seed=1000 + repeat)
+        for fold in range(min(folds, per_repeat)):
+            train_data = _subset(data, np.flatnonzero(fold_of != fold))
+            validation = _subset(data, np.flatnonzero(fold_of == fold))
+            for system, hparams in systems.items():
+                runs[system].append(_taas(hparams, train_data, validation))
+            for system in PEERS:
+                runs[system].append(_peer(system, train_data, validation))
+    rows = []
+    for system, splits in runs.items():
+        correct = np.concatenate([c for c, _ in splits])
+        accuracies = [float(c.mean()) for c, _ in splits]
+        row: dict[str, object] = {
+            "dataset": dataset_name(folder),
+            "system": system,
+            "rows": len(data),
+            "splits": len(splits),
+            "accuracy_mean": round(float(np.mean(accuracies)), 4),
+            "accuracy_sd": round(float(np.std(accuracies, ddof=1)) if len(splits) > 1 else 0.0, 4),
+            "pooled_accuracy": round(float(correct.mean()), 4),
+            "correct": int(correct.sum()),
+            "validation_rows": len(correct),
+            "ece": None
+            if splits[0][1] is None
+            else round(
+                expected_calibration_error(np.concatenate([p for _, p in splits]).tolist(), correct.tolist()),
+                4,
+            ),
+        }
+        if system != "taas":
+            base = np.concatenate([c for c, _ in runs["taas"]])
+            row["wins"], row["losses"] = int((correct & ~base).sum()), int((base & ~correct).sum())
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("datasets", nargs="+", type=Path, help="folders holding train.csv")
+    parser.add_argument("--folds", type=int, default=5, help="stratified folds per repeat")
+    parser.add_argument("--repeats", type=int, default=1, help="repeats, each with its own fold seed")
+    parser.add_argument("--per-repeat", type=int, default=5, help="folds of each repeat used as validation")
+    parser.add_argument("--max-rows", type=int, default=None, help="stratified subsample of train.csv")
+    parser.add_argument("--set", default="", help="KEY=VALUE[,...]: HParams overrides for every taas run")
+    parser.add_argument(
+        "--variant", action="append", default=[], help="NAME:KEY=VALUE[,...]: a taas variant (repeatable)"
+    )
+    args = parser.parse_args()
+    base = dataclasses.replace(DEFAULT_HPARAMS, **_overrides(args.set))  # type: ignore[arg-type]
+    systems = {"taas": base}
+    for variant in args.variant:
+        name, _, overrides = variant.partition(":")
+        systems[name] = dataclasses.replace(base, **_overrides(overrides))  # type: ignore[arg-type]
+    for folder in args.datasets:
+        for row in sweep(folder, systems, args.folds, args.repeats, args.per_repeat, args.max_rows):
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -18,6 +18,7 @@ from service.ratelimit import RateLimiter
 from service.serving import ModelCache
 from service.settings import Settings, get_settings
 from service.store import ArtifactStore
+from service.worker_registry import connect
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -39,12 +40,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         serving.use_one_torch_thread()
         app.state.limiter = RateLimiter(settings.redis_url, burst_seconds=settings.classify_burst_seconds)
+        app.state.redis = connect(settings.redis_url) if settings.redis_url else None  # ops, workers
         app.state.metrics = metrics
-        metrics.watch_platform(app.state.sessions)
+        metrics.watch_platform(app.state.sessions, app.state.redis)
         try:
             yield
         finally:
-            metrics.watch_platform(None)
+            metrics.watch_platform(None, None)
+            if app.state.redis is not None:
+                app.state.redis.close()
             app.state.limiter.close()
             app.state.models.close()
             engine.dispose()

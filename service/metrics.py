@@ -9,7 +9,8 @@ Two kinds, so that a request never pays for the database:
 * **at scrape time** (:class:`_PlatformCollector`): queue depth, jobs by state, and for jobs
   training now or ended within the last hour their samples/s, parameter-server counters and
   staleness histogram, and each worker's last sign of life (``service.observe``), read from
-  the database in three queries per scrape.
+  the database in three queries per scrape; and the live workers of the registry in Redis
+  (``service.worker_registry``): how many, and each one's seconds since its last heartbeat.
 
 Each app has its own registry (tests build many apps). With several API replicas every replica
 serves its own request series and the same platform series: scrape each replica and aggregate
@@ -18,9 +19,11 @@ the request series with ``sum by (route)``; take the platform series from any on
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
+import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -29,6 +32,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import observe
 from service.models import JobState, TrainingJob, utcnow
+from service.worker_registry import WorkerInfo, WorkerRegistry
+
+log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STALENESS_BUCKETS = ("0", "1", "2", "3", "4-7", "8-15", "16+")  # trainer.ps.counters' histogram
@@ -67,9 +73,11 @@ class Metrics:
         self._platform = _PlatformCollector()
         self.registry.register(self._platform)
 
-    def watch_platform(self, sessions: sessionmaker[Session] | None) -> None:
-        """Read the scrape-time series from the database behind ``sessions`` (None: stop)."""
+    def watch_platform(self, sessions: sessionmaker[Session] | None, client: redis.Redis | None) -> None:
+        """Read the scrape-time series from the database behind ``sessions`` and the worker
+        registry in ``client``'s Redis (None: stop, or no registry series)."""
         self._platform.sessions = sessions
+        self._platform.registry = None if client is None else WorkerRegistry(client)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered request."""
@@ -115,6 +123,7 @@ class _PlatformCollector(Collector):
 
     def __init__(self) -> None:
         self.sessions: sessionmaker[Session] | None = None  # set while the app runs
+        self.registry: WorkerRegistry | None = None
 
     def describe(self) -> list[Metric]:
         return []  # no query at registration: the series are unknown until a scrape
@@ -126,7 +135,7 @@ class _PlatformCollector(Collector):
         with self.sessions() as session:
             counts = observe.job_counts(session)
             jobs = observe.recent_jobs(session, now=now)
-            workers = observe.workers_seen(session, jobs, now=now)
+            workers = observe.workers_seen(session, jobs)
         queue = GaugeMetricFamily("taas_queue_depth", "Training jobs waiting for a worker (queued).")
         queue.add_metric([], counts[JobState.QUEUED.value])
         jobs_by_state = GaugeMetricFamily("taas_jobs", "Training jobs by state.", labels=["state"])
@@ -142,6 +151,13 @@ class _PlatformCollector(Collector):
             heartbeat.add_metric([worker.worker], worker.last_seen.timestamp())
         yield from (queue, jobs_by_state, heartbeat)
         yield from _training_series(jobs)
+        if self.registry is not None:
+            try:
+                alive = self.registry.alive()
+            except redis.RedisError as error:  # the series go absent; the rest still scrapes
+                log.warning("metrics: worker registry unreachable: %s", error)
+            else:
+                yield from _registry_series(alive, now=time.time())
 
 
 def _training_series(jobs: list[TrainingJob]) -> Iterator[Metric]:
@@ -169,3 +185,16 @@ def _training_series(jobs: list[TrainingJob]) -> Iterator[Metric]:
         for bucket, count in zip(STALENESS_BUCKETS, ps.get("staleness_histogram") or [], strict=False):
             staleness.add_metric([job.id, bucket], float(count))
     yield from (rate, updates, staleness)
+
+
+def _registry_series(workers: list[WorkerInfo], *, now: float) -> Iterator[Metric]:
+    alive = GaugeMetricFamily("taas_workers_alive", "Worker processes with a live registry entry.")
+    alive.add_metric([], len(workers))
+    age = GaugeMetricFamily(
+        "taas_worker_last_heartbeat_seconds",
+        "Seconds since each live worker's last registry heartbeat.",
+        labels=["worker", "host", "device"],
+    )
+    for worker in workers:
+        age.add_metric([worker.worker_id, worker.host, worker.device], max(0.0, now - worker.last_heartbeat))
+    yield from (alive, age)

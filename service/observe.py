@@ -1,9 +1,10 @@
 """Read-only views of the platform for operators: job counts, recent jobs, the workers seen.
 
 Shared by the scrape-time metrics (``service.metrics``) and the ops dashboard (``service.ops``).
-A worker has no row of its own: it is known by what it writes, its lease renewals and progress
-(``training_jobs.lease_owner`` / ``updated_at`` while it trains) and its timeline events, so a
-worker appears here once it has claimed a job within the window.
+:func:`workers_seen` knows a worker by what it wrote to the database, its lease renewals and
+progress (``training_jobs.lease_owner`` / ``updated_at`` while it trains) and its timeline
+events, so a worker appears there once it has claimed a job within the window; the workers
+alive now, idle ones included, are in the worker registry (``service.worker_registry``).
 """
 
 from __future__ import annotations
@@ -25,11 +26,6 @@ class WorkerSeen:
 
     worker: str
     last_seen: datetime
-    job_id: str | None  # the job it holds a live lease on, if any
-
-    @property
-    def host(self) -> str:
-        return self.worker.rpartition(":")[0] or self.worker
 
 
 def job_counts(session: Session) -> dict[str, int]:
@@ -50,14 +46,11 @@ def recent_jobs(session: Session, *, now: datetime, window: timedelta = RECENT) 
     )
 
 
-def workers_seen(session: Session, jobs: list[TrainingJob], *, now: datetime) -> list[WorkerSeen]:
+def workers_seen(session: Session, jobs: list[TrainingJob]) -> list[WorkerSeen]:
     """The workers that wrote to ``jobs`` (see :func:`recent_jobs`), most recently seen first."""
     seen: dict[str, datetime] = {}
-    holding: dict[str, str] = {}
     for job in jobs:
         if job.state == JobState.TRAINING.value and job.lease_owner and job.lease_expires_at:
-            if job.lease_expires_at > now:
-                holding[job.lease_owner] = job.id
             seen[job.lease_owner] = max(seen.get(job.lease_owner, job.updated_at), job.updated_at)
     if jobs:
         events = session.execute(
@@ -68,5 +61,5 @@ def workers_seen(session: Session, jobs: list[TrainingJob], *, now: datetime) ->
         for worker, at in events:
             assert worker is not None
             seen[worker] = max(seen.get(worker, at), at)
-    found = [WorkerSeen(worker, at, holding.get(worker)) for worker, at in seen.items()]
+    found = [WorkerSeen(worker, at) for worker, at in seen.items()]
     return sorted(found, key=lambda w: w.last_seen, reverse=True)

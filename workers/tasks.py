@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -16,6 +14,7 @@ from service.queue import TRAIN_TASK
 from service.scheduling import reserve_fair_job
 from service.settings import get_settings
 from workers.app import celery_app
+from workers.heartbeat import training, worker_identity
 from workers.training_run import JobInterrupted, run_training_job
 
 log = logging.getLogger(__name__)
@@ -27,11 +26,6 @@ def _on_worker_shutting_down(**_: object) -> None:
     # Celery's warm shutdown (SIGTERM, first SIGINT) lets the running task finish; a training
     # job may take hours, so the job checkpoints and goes back to the queue instead.
     _shutting_down.set()
-
-
-def worker_identity() -> str:
-    """This process's identity as a lease owner: ``hostname:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @celery_app.task(name=TRAIN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -63,6 +57,7 @@ def train(job_id: str) -> None:
     if picked != job_id:
         log.info("message for job %s: the fairest claimable job is %s", job_id, picked)
     try:
-        run_training_job(picked, settings, worker_id, stop_requested=_shutting_down.is_set)
+        with training(picked):
+            run_training_job(picked, settings, worker_id, stop_requested=_shutting_down.is_set)
     except JobInterrupted as interrupted:
         raise Reject(str(interrupted), requeue=True) from interrupted

@@ -19,6 +19,7 @@ from service.models import utcnow
 from service.ops import views
 from service.ops.session import CsrfSessionDep
 from service.ops.session import SessionDep as OpsSessionDep
+from service.worker_registry import WorkerRegistry
 
 router = APIRouter(prefix="/ops/api", include_in_schema=False)
 scrape_router = APIRouter(include_in_schema=False)
@@ -29,8 +30,9 @@ class _Rotate(BaseModel):
 
 
 @router.get("/overview")
-def overview(_: OpsSessionDep, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
-    return views.overview(session, settings, now=utcnow())
+def overview(_: OpsSessionDep, request: Request, session: SessionDep) -> dict[str, Any]:
+    client = request.app.state.redis
+    return views.overview(session, None if client is None else WorkerRegistry(client), now=utcnow())
 
 
 @router.get("/jobs")

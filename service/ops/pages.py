@@ -1,7 +1,8 @@
 """The dashboard's HTML pages and its login and logout.
 
 A page is a shell (layout, navigation, the CSRF token); ``static/ops.js`` fills it from the
-JSON feed and keeps it current. Without a session every page redirects to the login form.
+JSON feed and keeps it current. Without a session every page redirects to the login form; when
+the session store (Redis) is down, every page is that form, saying so (503).
 """
 
 from __future__ import annotations
@@ -32,15 +33,23 @@ def login(request: Request, settings: SettingsDep, key: str = Form("")) -> Respo
         error = "That is not the administrator key."
         return templates.TemplateResponse(request, "login.html", {"error": error}, status_code=401)
     response = RedirectResponse("/ops", status_code=303)
-    ops_session.start(response, request, settings)
+    try:
+        ops_session.start(response, request, settings)
+    except ops_session.SessionStoreDown as down:
+        return _store_down(request, down)
     return response
 
 
 @router.post("/logout")
 def logout(request: Request, csrf: str = Form("")) -> Response:
-    found = ops_session.current(request)
-    if found is not None:
-        ops_session.check_csrf(found, csrf)
+    """End the session on the server (a copy of the cookie is refused from now on) and here."""
+    try:
+        found = ops_session.current(request)
+        if found is not None:
+            ops_session.check_csrf(found, csrf)
+            ops_session.revoke(request, found)
+    except ops_session.SessionStoreDown as down:
+        return _store_down(request, down)
     response = RedirectResponse("/ops/login", status_code=303)
     ops_session.end(response)
     return response
@@ -67,9 +76,16 @@ def tenants_page(request: Request) -> Response:
 
 
 def _render(request: Request, page: str, context: dict[str, object]) -> Response:
-    found = ops_session.current(request)
+    try:
+        found = ops_session.current(request)
+    except ops_session.SessionStoreDown as down:
+        return _store_down(request, down)
     if found is None:
         return RedirectResponse("/ops/login", status_code=303)
     headers = {"Cache-Control": "no-store"}
     context = {"page": page, "csrf": found.csrf, **context}
     return templates.TemplateResponse(request, f"{page}.html", context, headers=headers)
+
+
+def _store_down(request: Request, down: ops_session.SessionStoreDown) -> Response:
+    return templates.TemplateResponse(request, "login.html", {"error": str(down)}, status_code=down.status)

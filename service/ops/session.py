@@ -1,12 +1,16 @@
 """The administrator's dashboard session: a signed, HTTP-only cookie, and its CSRF token.
 
 Logging in with the admin key sets ``taas_ops`` = ``<expires>.<nonce>.<signature>``, signed
-with HMAC-SHA256 under a key derived from the admin key, so every API replica accepts it
-without shared state, and changing the admin key ends every session. The key itself never
-travels again: not in the cookie, not in a URL. The cookie is ``HttpOnly``, ``SameSite=Strict``,
-scoped to ``/ops`` and ``Secure`` over HTTPS. Every state-changing request also carries the
-session's CSRF token (an HMAC of its nonce) in a form field or the ``X-CSRF-Token`` header.
-Logout deletes the cookie; a copied cookie stays valid until it expires (``SESSION_SECONDS``).
+with HMAC-SHA256 under a key derived from the admin key, so changing the admin key ends every
+session. The key itself never travels again: not in the cookie, not in a URL. The cookie is
+``HttpOnly``, ``SameSite=Strict``, scoped to ``/ops`` and ``Secure`` over HTTPS. Every
+state-changing request also carries the session's CSRF token (an HMAC of its nonce) in a form
+field or the ``X-CSRF-Token`` header.
+
+A session is also live on the server: login writes ``taas:ops:session:<nonce>`` to Redis, shared
+by every API replica, expiring with the cookie (``SESSION_SECONDS``), and logout deletes it, so a
+copied cookie is refused after logout. A cookie whose key is gone is no session. When Redis
+cannot be reached no session is valid (fail closed): :class:`SessionStoreDown`, a 503 that says so.
 """
 
 from __future__ import annotations
@@ -15,17 +19,21 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
+import redis
 from fastapi import Depends, Request, Response
 
-from service.errors import Forbidden, TaasError
+from service.errors import Forbidden, ServiceUnavailable, TaasError
 from service.settings import Settings
 
 COOKIE = "taas_ops"
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_SECONDS = 8 * 3600
+KEY_PREFIX = "taas:ops:session:"
 
 
 class NoSession(TaasError):
@@ -33,6 +41,16 @@ class NoSession(TaasError):
     browser shows no password dialog)."""
 
     status, title = 401, "Unauthorized"
+
+
+class SessionStoreDown(ServiceUnavailable):
+    """Redis, which holds the live sessions, cannot be reached or is not configured: no session
+    can be checked, so none is valid."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"the ops dashboard cannot check sessions: {reason}; no session is valid until it is back"
+        )
 
 
 @dataclass(frozen=True)
@@ -45,9 +63,13 @@ class OpsSession:
 
 
 def start(response: Response, request: Request, settings: Settings) -> None:
-    """Set a fresh session cookie on ``response`` (the caller has checked the admin key)."""
+    """Record a fresh session in Redis and set its cookie on ``response`` (the caller has checked
+    the admin key). Raises SessionStoreDown when Redis cannot be reached."""
     expires = int(time.time()) + SESSION_SECONDS
-    payload = f"{expires}.{secrets.token_urlsafe(18)}"
+    nonce = secrets.token_urlsafe(18)
+    with _store(request) as store:
+        store.set(KEY_PREFIX + nonce, expires, ex=SESSION_SECONDS)
+    payload = f"{expires}.{nonce}"
     response.set_cookie(
         COOKIE,
         f"{payload}.{_sign(settings, payload)}",
@@ -59,13 +81,21 @@ def start(response: Response, request: Request, settings: Settings) -> None:
     )
 
 
+def revoke(request: Request, session: OpsSession) -> None:
+    """End ``session`` on the server: no copy of its cookie is accepted again. Raises
+    SessionStoreDown when Redis cannot be reached (the session goes on)."""
+    with _store(request) as store:
+        store.delete(KEY_PREFIX + session.nonce)
+
+
 def end(response: Response) -> None:
     """Delete the session cookie."""
     response.delete_cookie(COOKIE, path="/ops", httponly=True, samesite="strict")
 
 
 def current(request: Request) -> OpsSession | None:
-    """The request's valid session, or None (no cookie, bad signature, expired, no admin key)."""
+    """The request's valid session, or None (no cookie, bad signature, expired, logged out, no
+    admin key). Raises SessionStoreDown when Redis cannot be reached to tell."""
     settings: Settings = request.app.state.settings
     expires, _, rest = request.cookies.get(COOKIE, "").partition(".")
     nonce, _, signature = rest.partition(".")
@@ -75,6 +105,9 @@ def current(request: Request) -> OpsSession | None:
         return None
     if int(expires) < time.time():
         return None
+    with _store(request) as store:
+        if not store.exists(KEY_PREFIX + nonce):
+            return None
     return OpsSession(nonce, int(expires), _sign(settings, f"csrf.{nonce}"))
 
 
@@ -100,6 +133,18 @@ SessionDep = Annotated[OpsSession, Depends(_required)]
 """An ops data route: 401 without a session."""
 CsrfSessionDep = Annotated[OpsSession, Depends(_required_with_csrf)]
 """A state-changing ops data route: 401 without a session, 403 without its CSRF header."""
+
+
+@contextmanager
+def _store(request: Request) -> Iterator[redis.Redis]:
+    """The app's Redis client; its errors become SessionStoreDown."""
+    client: redis.Redis | None = request.app.state.redis
+    if client is None:
+        raise SessionStoreDown("no Redis is configured (TAAS_REDIS_URL), and sessions live there")
+    try:
+        yield client
+    except redis.RedisError as error:
+        raise SessionStoreDown(f"Redis is unreachable ({error})") from error
 
 
 def _sign(settings: Settings, payload: str) -> str:

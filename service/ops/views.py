@@ -1,11 +1,13 @@
-"""What the ops dashboard shows, as JSON-safe dicts read from the database (no writes here)."""
+"""What the ops dashboard shows, as JSON-safe dicts read from the database and, for the live
+workers, the worker registry in Redis (no writes here)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -14,6 +16,7 @@ from service.errors import NotFound
 from service.history import HISTORY_KEY
 from service.models import Classifier, JobEvent, JobState, Tenant, TrainingJob
 from service.settings import Settings
+from service.worker_registry import WorkerRegistry
 
 PAGE_SIZE = 25
 ATTENTION_EVENTS = ("crashed", "lease_lost", "failed", "resumed")
@@ -31,26 +34,19 @@ class JobFilter:
     page: int = 1
 
 
-def overview(session: Session, settings: Settings, *, now: datetime) -> dict[str, Any]:
-    """Queue depth, jobs by state, running jobs, workers, throughput, recent failures and resumes."""
+def overview(session: Session, registry: WorkerRegistry | None, *, now: datetime) -> dict[str, Any]:
+    """Queue depth, jobs by state, running jobs, live workers (``workers_error`` says why there
+    are none when the registry cannot be read), throughput, recent failures and resumes."""
     counts = observe.job_counts(session)
     jobs = observe.recent_jobs(session, now=now)
-    alive_within = timedelta(seconds=settings.lease_seconds)
     names = _names(session, jobs)
+    workers, workers_error = _workers(registry, jobs, names, now=now)
     return {
         "queue_depth": counts[JobState.QUEUED.value],
         "jobs_by_state": counts,
         "running": [_job_row(job, names) for job in jobs if job.state == JobState.TRAINING.value],
-        "workers": [
-            {
-                "worker": w.worker,
-                "host": w.host,
-                "job_id": w.job_id,
-                "last_seen": w.last_seen.isoformat(),
-                "alive": w.job_id is not None or now - w.last_seen < alive_within,
-            }
-            for w in observe.workers_seen(session, jobs, now=now)
-        ],
+        "workers": workers,
+        "workers_error": workers_error,
         "throughput": _throughput(jobs, now=now),
         "attention": _attention(session, now=now),
     }
@@ -187,6 +183,35 @@ def _job_row(job: TrainingJob, names: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _workers(
+    registry: WorkerRegistry | None, jobs: list[TrainingJob], names: dict[str, str], *, now: datetime
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The live workers of the registry, each with the classifier name of its current job."""
+    if registry is None:
+        return [], "no Redis is configured (TAAS_REDIS_URL): workers register there"
+    try:
+        alive = registry.alive()
+    except redis.RedisError as error:
+        return [], f"the worker registry (Redis) is unreachable: {error}"
+    classifiers = {job.id: names.get(job.classifier_id, "") for job in jobs}
+    return [
+        {
+            "worker": w.worker_id,
+            "host": w.host,
+            "pid": w.pid,
+            "device": w.device,
+            "learners": w.learners,
+            "state": "idle" if w.job_id is None else "training",
+            "job_id": w.job_id,
+            "classifier": classifiers.get(w.job_id or "", ""),
+            "started_at": _unix_iso(w.started_at),
+            "last_heartbeat": _unix_iso(w.last_heartbeat),
+            "heartbeat_age_seconds": round(max(0.0, now.timestamp() - w.last_heartbeat), 1),
+        }
+        for w in alive
+    ], None
+
+
 def _names(session: Session, jobs: list[TrainingJob]) -> dict[str, str]:
     """Display names of the jobs' classifiers and tenants, by id."""
     names: dict[str, str] = {}
@@ -245,3 +270,7 @@ def _attention(session: Session, *, now: datetime) -> list[dict[str, Any]]:
 
 def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
+
+
+def _unix_iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat()

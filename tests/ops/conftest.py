@@ -6,6 +6,8 @@
                  through the real state machine to succeeded, reporting trainer-shaped progress
                  with its time series on the way (no training: the real one is in the browser
                  test); its ids.
+``live_worker``  ``live_worker(job_id=None) -> WorkerInfo``: the entry of a fresh worker (a host of
+                 its own, a GPU, K=4) in the app's registry, beating now; removed after the test.
 ``artifacts_dir`` the folder for files CI keeps (the browser test's screenshot).
 ``embedded_platform``, ``platform_factory``, ``intents_nlc``: `taas up` and its training data,
                  from ``tests/e2e/conftest.py``.
@@ -16,6 +18,8 @@ from __future__ import annotations
 import os
 import re
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -28,6 +32,8 @@ from sqlalchemy.orm import Session
 
 from service import history, jobs
 from service.models import TrainingJob, utcnow
+from service.settings import Settings
+from service.worker_registry import WorkerInfo, WorkerRegistry, connect
 from tests.conftest import ADMIN_KEY, REPO_ROOT, TenantHandle
 from tests.e2e.conftest import embedded_platform, intents_nlc, platform_factory  # noqa: F401  (fixtures)
 from tests.service.helpers import nlc_files
@@ -127,6 +133,25 @@ def _progress(step: int) -> Progress:
         learners=2,
         ps=ps,
     )
+
+
+@pytest.fixture
+def live_worker(settings: Settings) -> Iterator[Callable[..., WorkerInfo]]:
+    client = connect(settings.require_redis_url())
+    registry = WorkerRegistry(client)
+    published: list[WorkerInfo] = []
+
+    def publish(job_id: str | None = None) -> WorkerInfo:
+        now, host, pid = time.time(), f"gpu-{uuid.uuid4().hex[:8]}", 4242
+        info = WorkerInfo(f"{host}:{pid}", host, pid, "cuda:0 Test GPU", 4, job_id, now - 60, now)
+        registry.publish(info, ttl_seconds=60)
+        published.append(info)
+        return info
+
+    yield publish
+    for info in published:
+        registry.remove(info.worker_id)
+    client.close()
 
 
 @pytest.fixture

@@ -54,9 +54,10 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
         httpx.get(f"{base}/ops/api/overview", headers={"Authorization": f"Bearer {tenant_key}"}).status_code
         == 401
     )
-    # the admin key opens the overview
+    # the admin key opens the overview, which lists the platform's worker, idle
     _log_in(page, base, embedded_platform.admin_key)
     page.wait_for_selector("#tiles .tile")
+    page.wait_for_selector("#workers span.muted:text-is('idle')")
     # when: the tenant starts a training while the overview is open
     with embedded_platform.client(tenant_key) as tenant, open(intents_nlc, "rb") as data:
         metadata = json.dumps({"name": "browser-intents", "language": "en"})
@@ -93,5 +94,6 @@ def _assert_training_metrics(base: str, *, job_id: str) -> None:
         "taas_ps_updates_total",
         "taas_ps_staleness_updates_total",
         "taas_worker_last_heartbeat_timestamp_seconds",
+        "taas_workers_alive",
     ):
         assert values.get(name, 0) > 0, f"{name} is missing or zero"

@@ -1,15 +1,21 @@
-"""The dashboard's JSON feed: overview, job list filters and pages, tenants and their keys."""
+"""The dashboard's JSON feed: overview (live workers included), job list filters and pages, tenants
+and their keys."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
+from benchmarks.chaos import free_port
+from service.models import utcnow
 from service.ops import views
+from service.worker_registry import WorkerInfo, WorkerRegistry, connect
 from tests.conftest import TenantHandle
-from tests.ops.conftest import INTENTS_NLC
+from tests.ops.conftest import INTENTS_NLC, FinishedJob
 from tests.service.helpers import nlc_files
 
 
@@ -104,3 +110,27 @@ def test_revoking_a_key_stops_it(ops_client: TestClient, tenant: TenantHandle, c
 
     assert reply.status_code == 200
     assert ops_client.get("/v1/classifiers", headers=tenant.headers).status_code == 401
+
+
+def test_overview_lists_live_workers_idle_or_training_with_their_job(
+    ops_client: TestClient, live_worker: Callable[..., WorkerInfo], finished_job: FinishedJob
+) -> None:
+    idle, busy = live_worker(), live_worker(finished_job.job_id)
+
+    listed = {w["worker"]: w for w in ops_client.get("/ops/api/overview").json()["workers"]}
+
+    assert (listed[idle.worker_id]["state"], listed[idle.worker_id]["job_id"]) == ("idle", None)
+    shown = listed[busy.worker_id]
+    assert (shown["state"], shown["classifier"]) == ("training", "intents")
+    assert shown["job_id"] == busy.job_id == finished_job.job_id
+    assert (shown["host"], shown["device"], shown["learners"]) == (busy.host, "cuda:0 Test GPU", 4)
+    assert 0 <= shown["heartbeat_age_seconds"] < 60
+    assert datetime.fromisoformat(shown["last_heartbeat"]).timestamp() == pytest.approx(busy.last_heartbeat)
+
+
+def test_overview_says_why_it_lists_no_worker_when_the_registry_is_unreachable(session: Session) -> None:
+    down = WorkerRegistry(connect(f"redis://127.0.0.1:{free_port()}/0"))
+
+    found = views.overview(session, down, now=utcnow())
+
+    assert found["workers"] == [] and "registry (Redis) is unreachable" in found["workers_error"]

@@ -1,13 +1,15 @@
-"""GET /metrics: Prometheus text that prometheus_client's parser reads, with every series; and the
-job detail feed of the same trained job."""
+"""GET /metrics: Prometheus text that prometheus_client's parser reads, with every series (the live
+workers' included); and the job detail feed of the same trained job."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.worker_registry import WorkerInfo
 from tests.ops.conftest import FinishedJob
 
 
@@ -71,3 +73,16 @@ def test_unknown_routes_are_counted_under_one_label(client: TestClient) -> None:
     found = _samples(client)
 
     assert _total(found["taas_http_requests_total"], route="<unmatched>", status="404") == 2
+
+
+def test_metrics_count_the_live_workers_and_the_age_of_each_ones_heartbeat(
+    client: TestClient, live_worker: Callable[..., WorkerInfo]
+) -> None:
+    worker = live_worker()
+
+    found = _samples(client)
+
+    assert _total(found["taas_workers_alive"]) >= 1
+    labels = {"worker": worker.worker_id, "host": worker.host, "device": "cuda:0 Test GPU"}
+    ages = [value for seen, value in found["taas_worker_last_heartbeat_seconds"] if seen == labels]
+    assert len(ages) == 1 and 0 <= ages[0] < 60

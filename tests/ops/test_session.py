@@ -1,10 +1,17 @@
-"""/ops login: only the admin key opens a session, kept in a secure cookie; nothing without one."""
+"""/ops login: only the admin key opens a session, kept in a secure cookie and live in Redis until
+logout; nothing without one, and nothing while Redis is unreachable."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
+from benchmarks.chaos import ExternalRedis
+from service.app import create_app
+from service.settings import Settings
 from tests.conftest import ADMIN_KEY, TenantHandle
 from tests.ops.conftest import log_in
 
@@ -61,3 +68,35 @@ def test_logout_needs_the_csrf_token_and_ends_the_session(ops_client: TestClient
 
     assert reply.status_code == 303 and reply.headers["location"] == "/ops/login"
     assert ops_client.get("/ops/api/overview").status_code == 401
+
+
+def test_a_copy_of_the_cookie_is_refused_after_logout(ops_client: TestClient, csrf: str) -> None:
+    copied = ops_client.cookies["taas_ops"]
+
+    ops_client.post("/ops/logout", data={"csrf": csrf}, follow_redirects=False)
+    ops_client.cookies.set("taas_ops", copied, path="/ops")
+
+    assert ops_client.get("/ops/api/overview").status_code == 401
+    assert ops_client.get("/ops", follow_redirects=False).headers["location"] == "/ops/login"
+
+
+def test_while_redis_is_unreachable_no_session_is_valid_and_the_dashboard_says_why(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    server = ExternalRedis(tmp_path / "redis")
+    server.start()
+    try:
+        with TestClient(create_app(settings_factory(redis_url=server.url))) as client:
+            log_in(client)
+            assert client.get("/ops/api/overview").status_code == 200
+            # when
+            server.kill()
+            # then
+            feed = client.get("/ops/api/overview")
+            page = client.get("/ops")
+            login = client.post("/ops/login", data={"key": ADMIN_KEY}, follow_redirects=False)
+    finally:
+        server.kill()
+    assert feed.status_code == 503 and "Redis is unreachable" in feed.json()["description"]
+    assert page.status_code == login.status_code == 503
+    assert "cannot check sessions" in page.text and "cannot check sessions" in login.text

@@ -67,10 +67,6 @@ function facts(id, pairs) {
 
 const jobLink = (job) => el("a", { href: `/ops/jobs/${encodeURIComponent(job.job_id)}` }, job.classifier || job.job_id.slice(0, 8));
 const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
-const ago = (iso) => {
-  const s = Math.max(0, Math.round((Date.now() - new Date(iso)) / 1000));
-  return s < 90 ? `${s}s ago` : s < 5400 ? `${Math.round(s / 60)}min ago` : `${Math.round(s / 3600)}h ago`;
-};
 const duration = (s) => (s === null || s === undefined ? "—" : s < 90 ? `${Math.round(s)}s` : `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, "0")}s`);
 const eta = (job) => (job.phase === "training" ? duration(job.eta_seconds) : "—");
 const num = (v, digits = 1) => (v === null || v === undefined ? "—" : Number(v).toFixed(digits));
@@ -85,14 +81,14 @@ const pages = {
   overview() {
     poll(() => "/overview", (data) => {
       const tiles = [["Queue depth", data.queue_depth], ...Object.entries(data.jobs_by_state),
-        ["Workers training", data.workers.filter((w) => w.job_id).length]];
+        ["Workers alive", data.workers.length], ["Workers training", data.workers.filter((w) => w.job_id).length]];
       document.getElementById("tiles").replaceChildren(
         ...tiles.map(([k, v]) => el("div", { class: "tile" }, el("b", {}, v), el("span", {}, k))));
       rows("running", data.running, (j) => [jobLink(j), j.tenant, progressBar(j), eta(j),
         num(j.samples_per_second, 0), j.worker || ""], "No job is training.");
-      rows("workers", data.workers, (w) => [el("span", { class: w.alive ? "ok" : "muted" }, w.worker), w.host,
-        w.job_id ? el("a", { href: `/ops/jobs/${encodeURIComponent(w.job_id)}` }, w.job_id.slice(0, 8)) : "idle",
-        ago(w.last_seen)], "No worker has trained within the hour.");
+      rows("workers", data.workers, (w) => [w.host, w.pid, w.device, w.learners,
+        w.job_id ? el("span", { class: "ok" }, "training ", jobLink(w)) : el("span", { class: "muted" }, "idle"),
+        `${duration(w.heartbeat_age_seconds)} ago`], data.workers_error || "No worker is running.");
       TaasCharts.line(document.getElementById("throughput"),
         [{ name: "samples/s", points: data.throughput.map((p) => [p.t, p.samples_per_second]) }],
         { time: true, yMin: 0 });

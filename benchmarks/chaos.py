@@ -278,6 +278,8 @@ def _role(argv: list[str]) -> str | None:
         return "worker"
     if "workers.reconciler" in argv:
         return "reconciler"
+    if "workers.webhook_worker" in argv:
+        return "webhooks"
     if "uvicorn" in argv:
         return "api"
     return None

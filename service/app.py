@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from service import ops, serving
 from service.api import errors
-from service.api.routes import admin, classifiers, classify, datasets
+from service.api.routes import admin, classifiers, classify, datasets, webhooks
 from service.api.uploads import BodyLimit
 from service.db import make_engine, session_factory
 from service.metrics import Metrics, MetricsMiddleware
@@ -66,7 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upload_paths=("/v1/classifiers", "/v1/datasets"),
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for module in (classifiers, classify, datasets, admin):
+    for module in (classifiers, classify, datasets, webhooks, admin):
         app.include_router(module.router)
     ops.install(app)
     return app

@@ -1,5 +1,6 @@
 """Classifiers: create (rows, then the wake-up message), list, delete (cancel, rows, files),
-cancel and resume their training, and read its timeline."""
+cancel and resume their training, and read its timeline. A create, cancel or resume also sends
+the message of the status event it recorded (``service.webhooks``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from service import jobs
+from service import jobs, status_events, webhooks
 from service.datasets import StagedDataset, add_dataset, commit_files
 from service.errors import BadRequest, Conflict, NotFound
 from service.models import Classifier, ClassifierStatus, Dataset, DatasetOrigin, JobEvent
@@ -40,9 +41,11 @@ def create_classifier(
     language: str,
     source: StagedDataset | Dataset,
     now: datetime,
+    callback_url: str | None = None,
 ) -> Classifier:
     """Record a classifier and its queued job (and, for an upload, its own dataset) in one commit,
     then wake a worker. If the message cannot be sent the job stays queued for the reconciler.
+    The status events of its training go to ``callback_url`` (already checked), if any.
 
     On any failure before the commit nothing is kept: no rows, no files.
     """
@@ -74,7 +77,10 @@ def create_classifier(
         session.add(classifier)
         session.flush()
         checkpoint_dir = store.relative(store.checkpoint_dir(tenant_id, classifier.id))
-        job = jobs.create_job(session, classifier, checkpoint_dir=checkpoint_dir, now=now)
+        job = jobs.create_job(
+            session, classifier, checkpoint_dir=checkpoint_dir, now=now, callback_url=callback_url
+        )
+        status_events.record_created(session, classifier, callback_url=callback_url, now=now)
     except BaseException:
         session.rollback()
         if isinstance(source, StagedDataset):
@@ -85,6 +91,7 @@ def create_classifier(
         enqueue_training(settings, job.id)
     except Exception:
         log.exception("could not enqueue job %s; it stays queued for the reconciler", job.id)
+    webhooks.send_new_events(session, settings, classifier.id)
     return classifier
 
 
@@ -129,12 +136,13 @@ def delete_classifier(
         store.delete_file(store.resolve(owned.path))
 
 
-def cancel_training(session: Session, classifier: Classifier, *, now: datetime) -> None:
+def cancel_training(session: Session, settings: Settings, classifier: Classifier, *, now: datetime) -> None:
     """Stop the classifier's training (its worker stops within a heartbeat) and keep the last
     checkpoint for :func:`resume_training`. Conflict when it is not queued or training."""
     if not jobs.cancel_job(session, classifier.id, now=now):
         raise Conflict(f"classifier '{classifier.id}' is not training (status {classifier.status})")
     session.refresh(classifier)
+    webhooks.send_new_events(session, settings, classifier.id)
 
 
 def resume_training(session: Session, settings: Settings, classifier: Classifier, *, now: datetime) -> None:
@@ -151,6 +159,7 @@ def resume_training(session: Session, settings: Settings, classifier: Classifier
         enqueue_training(settings, job_id)
     except Exception:
         log.exception("could not enqueue job %s; it stays queued for the reconciler", job_id)
+    webhooks.send_new_events(session, settings, classifier.id)
 
 
 def training_events(session: Session, classifier: Classifier) -> list[JobEvent]:

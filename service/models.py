@@ -1,4 +1,5 @@
-"""The data model (SQLAlchemy 2.0): tenants and their keys, datasets, classifiers, training jobs.
+"""The data model (SQLAlchemy 2.0): tenants and their keys, datasets, classifiers, training jobs,
+and the classifiers' status events with their webhook delivery attempts.
 
 The schema changes only through Alembic revisions in ``migrations/``; keep them in step.
 Every timestamp is timezone-aware UTC (:class:`UTCDateTime`).
@@ -7,6 +8,7 @@ Every timestamp is timezone-aware UTC (:class:`UTCDateTime`).
 from __future__ import annotations
 
 import enum
+import secrets
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -21,9 +23,19 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
+def new_webhook_secret() -> str:
+    """A fresh secret for signing a tenant's webhooks (HMAC-SHA256 key)."""
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC."""
     return datetime.now(UTC)
+
+
+def timestamp(moment: datetime) -> str:
+    """The wire form of a time (NLC's): ISO 8601 UTC with milliseconds and ``Z``."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -71,6 +83,16 @@ class ClassifierStatus(enum.StrEnum):
     UNAVAILABLE = "Unavailable"
 
 
+class Delivery(enum.StrEnum):
+    """Where the webhook of a status event is: no callback URL (only recorded), waiting for an
+    attempt, delivered (a 2xx answer), or given up after ``webhook_max_attempts``."""
+
+    NONE = "none"
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
 class DatasetOrigin(enum.StrEnum):
     """How a dataset came to be: uploaded on its own, or with an NLC create (owned by it)."""
 
@@ -101,6 +123,7 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(256), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    webhook_secret: Mapped[str] = mapped_column(String(64), default=new_webhook_secret)
 
 
 class ApiKey(Base):
@@ -176,6 +199,9 @@ class TrainingJob(Base):
     enqueued_at: Mapped[datetime | None] = mapped_column(default=None)
     checkpoint_path: Mapped[str | None] = mapped_column(String(512), default=None)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer, default=None)
+    # Where the status events of this training go (revision 0004); per job, so that a new version
+    # of a classifier can name its own.
+    callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -198,6 +224,46 @@ class JobEvent(Base):
     at: Mapped[datetime] = mapped_column(default=utcnow)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     step: Mapped[int | None] = mapped_column(Integer, default=None)
+
+
+class StatusEvent(Base):
+    """A change of a classifier's status, recorded in the transaction that makes it: the webhook
+    outbox. ``id`` is the event's idempotency key, the same on every delivery attempt."""
+
+    __tablename__ = "status_events"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    classifier_id: Mapped[str] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"), index=True)
+    type: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    previous_status: Mapped[str] = mapped_column(String(16))
+    description: Mapped[str] = mapped_column(Text, default="")
+    callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
+    delivery: Mapped[str] = mapped_column(String(16), index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # When the next attempt is due (while one runs: when it is presumed lost), when a message
+    # for it was last sent, and when a receiver took it.
+    next_attempt_at: Mapped[datetime | None] = mapped_column(default=None)
+    enqueued_at: Mapped[datetime | None] = mapped_column(default=None)
+    delivered_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookAttempt(Base):
+    """One delivery attempt of a status event: the receiver's HTTP status, or why it failed, and
+    when the next attempt is due (None: delivered or given up)."""
+
+    __tablename__ = "webhook_attempts"
+
+    event_id: Mapped[str] = mapped_column(
+        ForeignKey("status_events.id", ondelete="CASCADE"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    status_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class TenantQuota(Base):

@@ -1,8 +1,11 @@
-"""Producer side of the training queue: the API sends ``taas.train(job_id)`` by name.
+"""Producer side of the queues: the API sends ``taas.train(job_id)`` and
+``taas.deliver_webhook(event_id)`` by name.
 
 The service never imports ``workers``; ``workers.tasks`` registers the task under
-:data:`TRAIN_TASK`. Send only after the job row is committed: the row is the truth and the
-message only wakes a worker, so a lost message is re-sent by the reconciler.
+:data:`TRAIN_TASK`, ``workers.webhooks`` the one under :data:`WEBHOOK_TASK`, which has a queue of
+its own so that deliveries never wait behind a training job. Send only after the row is committed:
+the row is the truth and the message only wakes a worker, so a lost message is re-sent (by the
+reconciler for jobs, by the webhook worker's sweep for events).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from service.settings import Settings
 
 TRAIN_TASK = "taas.train"
 TRAINING_QUEUE = "training"
+WEBHOOK_TASK = "taas.deliver_webhook"
+WEBHOOK_QUEUE = "webhooks"
+_SEND_RETRY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
 
 
 def enqueue_training(settings: Settings, job_id: str) -> None:
@@ -28,7 +34,15 @@ def enqueue_training(settings: Settings, job_id: str) -> None:
         args=[job_id],
         queue=TRAINING_QUEUE,
         retry=True,
-        retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0},
+        retry_policy=_SEND_RETRY,
+    )
+
+
+def enqueue_webhook(settings: Settings, event_id: str) -> None:
+    """Send one ``taas.deliver_webhook(event_id)`` message to the webhook queue (errors as
+    :func:`enqueue_training`)."""
+    _producer(settings.require_redis_url()).send_task(
+        WEBHOOK_TASK, args=[event_id], queue=WEBHOOK_QUEUE, retry=True, retry_policy=_SEND_RETRY
     )
 
 

@@ -108,6 +108,30 @@ class Settings(BaseSettings):
         "0 or 1 = off: such data reports metrics on its training rows and is not calibrated.",
     )
 
+    # --- status webhooks ------------------------------------------------------------------
+    webhook_allow_private: bool = Field(
+        False,
+        description="Allow callback URLs on loopback, link-local, private and other non-public "
+        "addresses (a receiver inside the operator's network; tests). Off: no SSRF through taas.",
+    )
+    webhook_timeout_seconds: float = Field(
+        5.0, gt=0, description="Connect and read timeout of one webhook delivery attempt."
+    )
+    webhook_max_attempts: int = Field(
+        12, ge=1, description="Delivery attempts of one event before it is given up (failed)."
+    )
+    webhook_backoff_seconds: float = Field(
+        5.0, ge=0, description="Delay before an event's second attempt; doubled at each further one."
+    )
+    webhook_backoff_max_seconds: float = Field(3600.0, ge=0, description="Longest delay between attempts.")
+    webhook_sweep_seconds: float = Field(
+        1.0, gt=0, description="How often the webhook worker sends new events and re-sends lost ones."
+    )
+    webhook_resend_grace_seconds: float = Field(
+        30.0, ge=0, description="An event overdue this long (its message lost with Redis) is re-sent."
+    )
+    webhook_concurrency: int = Field(4, gt=0, description="Deliveries one webhook worker makes at once.")
+
     # --- serving -------------------------------------------------------------------------
     model_cache_bytes: int = Field(512 * 1024 * 1024, gt=0, description="Memory budget of the model LRU.")
     serving_threads: int = Field(

@@ -32,7 +32,7 @@ def _configuration() -> dict[str, object]:
         "task_default_queue": TRAINING_QUEUE,
         "worker_prefetch_multiplier": 1,
         "enable_utc": True,
-        "imports": ["workers.tasks"],
+        "imports": ["workers.tasks", "workers.webhooks"],
     }
 
 

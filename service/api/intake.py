@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from service import classifiers, datasets, quotas
 from service.api.schemas import CreateFromDataset
 from service.api.uploads import RAW_BODY, Upload
+from service.callback_urls import UnsafeCallback, check_callback_url
 from service.errors import BadRequest
 from service.models import Classifier, Dataset, utcnow
 from service.settings import Settings
@@ -29,7 +30,8 @@ DATASET_PARTS = frozenset({TRAINING_DATA, "file"})
 def classifier_from_upload(
     upload: Upload, session: Session, store: ArtifactStore, settings: Settings, tenant_id: str
 ) -> Classifier:
-    """NLC create: ``training_metadata`` JSON ``{"language", "name"}`` + headerless ``training_data`` CSV."""
+    """NLC create: ``training_metadata`` JSON ``{"language", "name"}`` (and, an extension, a
+    ``callback_url`` for status webhooks) + headerless ``training_data`` CSV."""
     try:
         metadata = _metadata(upload.fields.get(TRAINING_METADATA))
         name = metadata.get("name", "")
@@ -40,6 +42,7 @@ def classifier_from_upload(
         if problem := unprintable(name):
             raise BadRequest("training_metadata.name", problem)
         language = classifiers.check_language(metadata.get("language"))
+        callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
         if TRAINING_DATA not in upload.files:
             raise BadRequest(TRAINING_DATA, "the multipart part 'training_data' is required")
         staged = datasets.stage_upload(
@@ -64,6 +67,7 @@ def classifier_from_upload(
             language=language,
             source=staged,
             now=utcnow(),
+            callback_url=callback_url,
         )
     finally:
         upload.discard()
@@ -73,6 +77,7 @@ def classifier_from_dataset(
     spec: CreateFromDataset, session: Session, store: ArtifactStore, settings: Settings, tenant_id: str
 ) -> Classifier:
     """JSON create (extension): train on the tenant's stored dataset ``spec.dataset_id``."""
+    callback_url = _callback_url(spec.callback_url, "callback_url", settings)
     dataset = datasets.get_dataset(session, tenant_id, spec.dataset_id)
     quotas.check_can_create_classifier(session, settings, tenant_id)
     return classifiers.create_classifier(
@@ -84,6 +89,7 @@ def classifier_from_dataset(
         language=classifiers.check_language(spec.language),
         source=dataset,
         now=utcnow(),
+        callback_url=callback_url,
     )
 
 
@@ -127,6 +133,19 @@ def _or_discard(staged: datasets.StagedDataset, check: Callable[[], None]) -> No
     except BaseException:
         staged.path.unlink(missing_ok=True)
         raise
+
+
+def _callback_url(value: object, field: str, settings: Settings) -> str | None:
+    """The checked callback URL of a create (None when not given); BadRequest naming ``field``."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(field, "must be a string: the URL that status events are POSTed to")
+    try:
+        check_callback_url(value, allow_private=settings.webhook_allow_private)
+    except UnsafeCallback as refused:
+        raise BadRequest(field, str(refused)) from None
+    return value
 
 
 def _metadata(raw: bytes | None) -> dict[str, object]:

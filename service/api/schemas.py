@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.models import ApiKey, Classifier, ClassifierStatus, Dataset, JobEvent, Tenant, TrainingJob
+from service.models import (
+    ApiKey,
+    Classifier,
+    ClassifierStatus,
+    Dataset,
+    JobEvent,
+    StatusEvent,
+    Tenant,
+    TrainingJob,
+    WebhookAttempt,
+    timestamp,
+)
 from service.serving import Scores
+from service.status_events import event_json
 
 PROGRESS_FIELDS = (
     "phase",
@@ -23,11 +34,6 @@ PROGRESS_FIELDS = (
 )
 
 
-def timestamp(moment: datetime) -> str:
-    """NLC's timestamp form: ISO 8601 UTC with milliseconds and ``Z``."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 # --- classifiers -----------------------------------------------------------------------
 
 
@@ -37,6 +43,7 @@ class CreateFromDataset(BaseModel):
     name: str = Field(min_length=1, max_length=256)
     language: str = "en"
     dataset_id: str
+    callback_url: str | None = None
 
 
 class ClassifierSummary(BaseModel):
@@ -130,11 +137,68 @@ class TrainingEvent(BaseModel):
         )
 
 
+class DeliveryAttempt(BaseModel):
+    """One attempt to deliver a status event to its callback URL."""
+
+    attempt: int
+    at: str
+    status_code: int | None
+    error: str | None
+    next_attempt: str | None
+
+    @classmethod
+    def build(cls, a: WebhookAttempt) -> DeliveryAttempt:
+        """The view of ``a``."""
+        return cls(
+            attempt=a.attempt,
+            at=timestamp(a.at),
+            status_code=a.status_code,
+            error=a.error,
+            next_attempt=timestamp(a.next_attempt_at) if a.next_attempt_at else None,
+        )
+
+
+class StatusEventInfo(BaseModel):
+    """A status change as its webhook sends it, with the delivery: ``none`` (no callback URL),
+    ``pending``, ``delivered`` or ``failed`` (given up), and each attempt."""
+
+    id: str
+    type: str
+    created: str
+    classifier_id: str
+    status: str
+    previous_status: str
+    status_description: str
+    callback_url: str | None
+    delivery: str
+    next_attempt: str | None
+    attempts: list[DeliveryAttempt]
+
+    @classmethod
+    def build(cls, e: StatusEvent, attempts: list[WebhookAttempt]) -> StatusEventInfo:
+        """The view of ``e`` and its attempts."""
+        return cls(
+            **event_json(e),
+            callback_url=e.callback_url,
+            delivery=e.delivery,
+            next_attempt=timestamp(e.next_attempt_at) if e.next_attempt_at else None,
+            attempts=[DeliveryAttempt.build(a) for a in attempts],
+        )
+
+
 class TrainingEvents(BaseModel):
-    """``GET /v1/classifiers/{id}/events``: the timeline, oldest first."""
+    """``GET /v1/classifiers/{id}/events``: the training timeline, oldest first, and the newest
+    status events with their webhook deliveries, newest first."""
 
     classifier_id: str
     events: list[TrainingEvent]
+    status_events: list[StatusEventInfo]
+
+
+class WebhookSecret(BaseModel):
+    """The tenant's webhook signing secret."""
+
+    secret: str
 
 
 # --- classify --------------------------------------------------------------------------

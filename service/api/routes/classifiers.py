@@ -7,7 +7,7 @@ from functools import partial
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from service import classifiers, jobs
+from service import classifiers, jobs, status_events
 from service.api import intake
 from service.api.deps import ClassifierDep, ModelCacheDep, SessionDep, SettingsDep, StoreDep, TenantDep
 from service.api.schemas import (
@@ -15,6 +15,7 @@ from service.api.schemas import (
     ClassifierList,
     ClassifierSummary,
     CreateFromDataset,
+    StatusEventInfo,
     TrainingEvent,
     TrainingEvents,
 )
@@ -33,7 +34,8 @@ def base_url(request: Request) -> str:
 async def create_classifier(
     request: Request, tenant: TenantDep, session: SessionDep, settings: SettingsDep, store: StoreDep
 ) -> ClassifierInfo:
-    """NLC multipart create, or JSON ``{"name", "language", "dataset_id"}`` (extension)."""
+    """NLC multipart create, or JSON ``{"name", "language", "dataset_id"}`` (extension); either
+    may name a ``callback_url`` for status webhooks (extension)."""
     if is_json(request):
         spec = CreateFromDataset.model_validate(await read_json(request))
         create = partial(intake.classifier_from_dataset, spec)
@@ -70,9 +72,11 @@ def delete_classifier(
 
 
 @router.post("/{classifier_id}/cancel", response_model=ClassifierInfo)
-def cancel_training(request: Request, classifier: ClassifierDep, session: SessionDep) -> ClassifierInfo:
+def cancel_training(
+    request: Request, classifier: ClassifierDep, session: SessionDep, settings: SettingsDep
+) -> ClassifierInfo:
     """Stop the training within seconds and keep its last checkpoint (extension); 409 if not training."""
-    classifiers.cancel_training(session, classifier, now=utcnow())
+    classifiers.cancel_training(session, settings, classifier, now=utcnow())
     return ClassifierInfo.build_info(classifier, jobs.latest_job(session, classifier.id), base_url(request))
 
 
@@ -87,6 +91,12 @@ def resume_training(
 
 @router.get("/{classifier_id}/events", response_model=TrainingEvents)
 def training_events(classifier: ClassifierDep, session: SessionDep) -> TrainingEvents:
-    """Every transition of the classifier's training, with time, worker and attempt (extension)."""
+    """Every transition of the classifier's training, with time, worker and attempt, and its
+    newest status events with their webhook delivery attempts (extension)."""
     found = classifiers.training_events(session, classifier)
-    return TrainingEvents(classifier_id=classifier.id, events=[TrainingEvent.build(e) for e in found])
+    changes = status_events.recent_events(session, classifier.id)
+    return TrainingEvents(
+        classifier_id=classifier.id,
+        events=[TrainingEvent.build(e) for e in found],
+        status_events=[StatusEventInfo.build(e, attempts) for e, attempts in changes],
+    )

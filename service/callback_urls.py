@@ -1,0 +1,89 @@
+"""Callback URLs of status webhooks, and the guard that keeps taas from being an SSRF proxy.
+
+A callback URL must be http(s), carry no credentials, and its host must resolve only to public
+addresses: loopback, link-local (cloud metadata at 169.254.169.254), private, shared, unspecified,
+multicast and reserved ones are refused, IPv4 inside IPv6 (``::ffff:127.0.0.1``, 6to4, NAT64)
+included, unless the operator sets ``TAAS_WEBHOOK_ALLOW_PRIVATE``. The host is resolved when the
+URL is accepted and again at every delivery, and the delivery connects to the very address that
+was checked (:class:`Destination`), so a DNS answer that changes in between (rebinding) gains
+nothing.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address, IPv6Network, ip_address
+from urllib.parse import urlsplit, urlunsplit
+
+MAX_URL_CHARS = 2048
+_NAT64 = IPv6Network("64:ff9b::/96")
+_NOT_PUBLIC = ("unspecified", "loopback", "link_local", "multicast", "reserved", "private")
+
+
+class UnsafeCallback(ValueError):
+    """A callback URL taas will not call; the message says why (for "callback_url <message>")."""
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a delivery goes: ``url`` names the checked address instead of the host, ``host`` is
+    the Host header to send and ``server_name`` the name TLS verifies (https only)."""
+
+    url: str
+    host: str
+    server_name: str | None
+
+
+def check_callback_url(url: str, *, allow_private: bool) -> Destination:
+    """Check ``url`` and resolve its host to one address to connect to.
+
+    Raises UnsafeCallback when the URL is malformed, not http(s), carries credentials, its host
+    does not resolve, or (unless ``allow_private``) any address it resolves to is not public.
+    """
+    if len(url) > MAX_URL_CHARS:
+        raise UnsafeCallback(f"must be at most {MAX_URL_CHARS} characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port if parts.port is not None else 443 if parts.scheme == "https" else 80
+    except ValueError:
+        raise UnsafeCallback("is not a valid URL") from None
+    if parts.scheme not in ("http", "https"):
+        raise UnsafeCallback("must be an http:// or https:// URL")
+    if not parts.hostname:
+        raise UnsafeCallback("has no host")
+    if parts.username is not None or parts.password is not None:
+        raise UnsafeCallback("must not carry credentials")
+    try:
+        found = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise UnsafeCallback(f"host '{parts.hostname}' does not resolve") from None
+    addresses = [ip_address(str(info[4][0]).split("%", 1)[0]) for info in found]
+    if not allow_private:
+        for address in addresses:
+            if reason := not_public(address):
+                raise UnsafeCallback(
+                    f"host '{parts.hostname}' resolves to {address}, a {reason} address "
+                    "(taas calls only public addresses)"
+                )
+    address = addresses[0]
+    literal = f"[{address}]" if address.version == 6 else str(address)
+    return Destination(
+        url=urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, "")),
+        host=parts.netloc,
+        server_name=parts.hostname if parts.scheme == "https" else None,
+    )
+
+
+def not_public(address: IPv4Address | IPv6Address) -> str | None:
+    """Why ``address`` is no public internet address (e.g. "loopback"), or None if it is one."""
+    if isinstance(address, IPv6Address):
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and address in _NAT64:
+            embedded = IPv4Address(address.packed[-4:])
+        if embedded is not None:
+            return not_public(embedded)
+    for kind in _NOT_PUBLIC:
+        if getattr(address, f"is_{kind}"):
+            return kind.replace("_", "-")
+    return None if address.is_global else "non-global"

@@ -1,0 +1,109 @@
+"""Classifier status events: recorded in the transaction that changes the status, read back with
+their webhook delivery attempts.
+
+The events table is the webhook outbox: a change of status and its event commit together or not
+at all, so none is missed and none is recorded twice; ``service.webhooks`` delivers the ones that
+have a callback URL. The event's JSON (:func:`event_json`) is the same on every attempt, and its
+``id`` is the receiver's idempotency key.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import Classifier, ClassifierStatus, Delivery, StatusEvent, WebhookAttempt, timestamp
+
+STATUS_CHANGED = "classifier.status_changed"
+LISTED_EVENTS = 100  # the newest events a listing shows
+
+
+def record(
+    session: Session,
+    *,
+    tenant_id: str,
+    classifier_id: str,
+    previous: str,
+    status: str,
+    description: str,
+    callback_url: str | None,
+    now: datetime,
+) -> None:
+    """Add the event of a status change to the session (the caller commits it with the change).
+
+    With a ``callback_url`` the event is pending delivery at once.
+    """
+    session.add(
+        StatusEvent(
+            tenant_id=tenant_id,
+            classifier_id=classifier_id,
+            type=STATUS_CHANGED,
+            status=status,
+            previous_status=previous,
+            description=description,
+            callback_url=callback_url,
+            delivery=(Delivery.PENDING if callback_url else Delivery.NONE).value,
+            next_attempt_at=now if callback_url else None,
+            created_at=now,
+        )
+    )
+
+
+def record_created(
+    session: Session, classifier: Classifier, *, callback_url: str | None, now: datetime
+) -> None:
+    """Add the event of a new classifier: from Non Existent to its first status."""
+    record(
+        session,
+        tenant_id=classifier.tenant_id,
+        classifier_id=classifier.id,
+        previous=ClassifierStatus.NON_EXISTENT.value,
+        status=classifier.status,
+        description=classifier.status_description,
+        callback_url=callback_url,
+        now=now,
+    )
+
+
+def event_json(event: StatusEvent) -> dict[str, Any]:
+    """What a receiver is sent (and what the events listing shows of the event itself)."""
+    return {
+        "id": event.id,
+        "type": event.type,
+        "created": timestamp(event.created_at),
+        "classifier_id": event.classifier_id,
+        "status": event.status,
+        "previous_status": event.previous_status,
+        "status_description": event.description,
+    }
+
+
+def event_body(event: StatusEvent) -> bytes:
+    """The exact bytes POSTed for ``event``: compact JSON, keys sorted, the same on every attempt."""
+    return json.dumps(event_json(event), sort_keys=True, separators=(",", ":")).encode()
+
+
+def recent_events(session: Session, classifier_id: str) -> list[tuple[StatusEvent, list[WebhookAttempt]]]:
+    """The classifier's newest :data:`LISTED_EVENTS` status events, newest first, each with its
+    delivery attempts (oldest first)."""
+    events = list(
+        session.scalars(
+            select(StatusEvent)
+            .where(StatusEvent.classifier_id == classifier_id)
+            .order_by(StatusEvent.created_at.desc(), StatusEvent.id)
+            .limit(LISTED_EVENTS)
+        )
+    )
+    attempts: dict[str, list[WebhookAttempt]] = {event.id: [] for event in events}
+    for attempt in session.scalars(
+        select(WebhookAttempt)
+        .where(WebhookAttempt.event_id.in_(list(attempts)))
+        .order_by(WebhookAttempt.attempt)
+    ):
+        attempts[attempt.event_id].append(attempt)
+    session.rollback()
+    return [(event, attempts[event.id]) for event in events]

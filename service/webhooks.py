@@ -1,0 +1,226 @@
+"""Status webhooks: POST each status event to its callback URL, signed with the tenant's secret,
+retried with back-off up to a cap, every attempt recorded.
+
+Delivery is at least once: the event row is the truth and a queue message only wakes the webhook
+worker (``workers.webhook_worker``), exactly as for training jobs. :func:`send_due` is the relay that
+sends a message for each pending event that has none (new, or its message lost with Redis); the
+API calls it after its own commits, the webhook worker's sweep for everyone else's. An attempt
+(:func:`deliver`) begins with a compare-and-set that takes the event's next attempt, so two
+messages for one event make one attempt. Receivers dedupe on the event's ``id`` (also sent as
+``X-Taas-Event-Id``), which makes delivery exactly once where it counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from sqlalchemy import ColumnElement, Update, and_, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.callback_urls import UnsafeCallback, check_callback_url
+from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
+from service.jobs import BackOff
+from service.models import Delivery, StatusEvent, Tenant, WebhookAttempt, new_webhook_secret, utcnow
+from service.queue import enqueue_webhook
+from service.settings import Settings
+from service.status_events import event_body
+
+log = logging.getLogger(__name__)
+USER_AGENT = "taas-webhooks/1"
+_EXCERPT_CHARS = 200  # of a refusing receiver's reply, kept with the attempt
+_SEND_BATCH = 500  # messages one relay pass sends at most
+_LEASE_MARGIN_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Attempted:
+    """What one delivery attempt did; ``retry_in`` is the wait before the next one (None when
+    the event was delivered or given up)."""
+
+    attempt: int
+    status_code: int | None
+    error: str | None
+    retry_in: float | None
+
+
+def deliver(session: Session, settings: Settings, event_id: str) -> Attempted | None:
+    """Make the event's next delivery attempt, if one is due.
+
+    None when there is nothing to do: the event is delivered, given up or gone, its next attempt
+    is not due yet, or another message's attempt is running (the claim holds the event for the
+    attempt's longest possible duration, after which the relay treats it as lost).
+    """
+    started = utcnow()
+    hold = timedelta(seconds=2 * settings.webhook_timeout_seconds + _LEASE_MARGIN_SECONDS)
+    claimed = session.execute(
+        update(StatusEvent)
+        .where(
+            StatusEvent.id == event_id,
+            StatusEvent.delivery == Delivery.PENDING.value,
+            StatusEvent.next_attempt_at <= started,
+        )
+        .values(attempts=StatusEvent.attempts + 1, next_attempt_at=started + hold)
+        .returning(StatusEvent.attempts)
+        .execution_options(synchronize_session=False)
+    ).one_or_none()
+    if claimed is None:
+        session.rollback()
+        return None
+    session.commit()
+    found = session.execute(
+        select(StatusEvent, Tenant.webhook_secret)
+        .join(Tenant, Tenant.id == StatusEvent.tenant_id)
+        .where(StatusEvent.id == event_id)
+    ).one_or_none()
+    session.commit()  # hold no transaction open across the HTTP call
+    if found is None:
+        return None
+    status_code, error = _post(found.StatusEvent, found.webhook_secret, settings)
+    return _record(session, settings, event_id, claimed.attempts, started, status_code, error)
+
+
+def send_due(session: Session, settings: Settings, *, classifier_id: str | None = None) -> list[str]:
+    """Send a delivery message for each pending event (of ``classifier_id``, or all) that needs
+    one: never sent, or overdue by ``webhook_resend_grace_seconds`` since both its due time and
+    its last message (lost with Redis, or its worker died mid-attempt). Returns their ids.
+
+    Raises RuntimeError without a broker, kombu's OperationalError when it is unreachable.
+    """
+    now = utcnow()
+    overdue = now - timedelta(seconds=settings.webhook_resend_grace_seconds)
+    query = select(StatusEvent.id).where(
+        StatusEvent.delivery == Delivery.PENDING.value,
+        or_(
+            StatusEvent.enqueued_at.is_(None),
+            and_(StatusEvent.next_attempt_at <= overdue, StatusEvent.enqueued_at <= overdue),
+        ),
+    )
+    if classifier_id is not None:
+        query = query.where(StatusEvent.classifier_id == classifier_id)
+    due = list(session.scalars(query.order_by(StatusEvent.created_at).limit(_SEND_BATCH)))
+    session.rollback()
+    for event_id in due:
+        enqueue_webhook(settings, event_id)
+        session.execute(_update_event(event_id).values(enqueued_at=now))
+        session.commit()
+    return due
+
+
+def send_new_events(session: Session, settings: Settings, classifier_id: str) -> None:
+    """After the API committed a status change: send its event's message now. A failure is
+    logged, never raised: the webhook worker's sweep sends the event instead."""
+    try:
+        send_due(session, settings, classifier_id=classifier_id)
+    except Exception:
+        session.rollback()
+        log.exception("could not send the status events of %s; the sweep will", classifier_id)
+
+
+def rotate_secret(session: Session, tenant_id: str) -> str:
+    """Give the tenant a new webhook secret, used from the next delivery attempt on; returns it."""
+    secret = new_webhook_secret()
+    session.execute(update(Tenant).where(Tenant.id == tenant_id).values(webhook_secret=secret))
+    session.commit()
+    return secret
+
+
+def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | None, str | None]:
+    """POST the event; its HTTP status, and why the attempt failed (None when it succeeded)."""
+    try:
+        target = check_callback_url(event.callback_url or "", allow_private=settings.webhook_allow_private)
+    except UnsafeCallback as refused:
+        return None, f"refused: callback_url {refused}"
+    body = event_body(event)
+    headers = {
+        "Host": target.host,
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        EVENT_ID_HEADER: event.id,
+        SIGNATURE_HEADER: sign(secret, body, int(time.time())),
+    }
+    extensions = {"sni_hostname": target.server_name} if target.server_name else {}
+    try:
+        # trust_env=False: no proxy from the environment, which would connect elsewhere.
+        with httpx.Client(
+            timeout=settings.webhook_timeout_seconds, follow_redirects=False, trust_env=False
+        ) as client:
+            request = client.build_request(
+                "POST", target.url, content=body, headers=headers, extensions=extensions
+            )
+            response = client.send(request, stream=True)
+            try:
+                excerpt = _excerpt(response)
+            finally:
+                response.close()
+    except httpx.HTTPError as error:
+        return None, f"{type(error).__name__}: {error}"[:_EXCERPT_CHARS]
+    if response.is_success:
+        return response.status_code, None
+    return response.status_code, f"HTTP {response.status_code}: {excerpt}"
+
+
+def _excerpt(response: httpx.Response) -> str:
+    """The start of the reply, read no further than needed."""
+    data = b""
+    for chunk in response.iter_bytes():
+        data += chunk
+        if len(data) >= _EXCERPT_CHARS:
+            break
+    return data.decode("utf-8", "replace")[:_EXCERPT_CHARS]
+
+
+def _record(
+    session: Session,
+    settings: Settings,
+    event_id: str,
+    attempt: int,
+    started: datetime,
+    status_code: int | None,
+    error: str | None,
+) -> Attempted | None:
+    """Store the attempt and the event's next state: delivered, due again after the back-off, or
+    given up at ``webhook_max_attempts``. None when the event was deleted meanwhile."""
+    now = utcnow()
+    retry_in: float | None = None
+    state: dict[str, Any]
+    if error is None:
+        state = {"delivery": Delivery.DELIVERED.value, "delivered_at": now, "next_attempt_at": None}
+    elif attempt >= settings.webhook_max_attempts:
+        state = {"delivery": Delivery.FAILED.value, "next_attempt_at": None}
+    else:
+        wait = BackOff(settings.webhook_backoff_seconds, settings.webhook_backoff_max_seconds).delay(attempt)
+        retry_in = wait.total_seconds()
+        state = {"next_attempt_at": now + wait, "enqueued_at": now}  # the caller sends the retry
+    # Fenced by the attempt number: an attempt presumed lost, and superseded, changes nothing.
+    result = session.execute(_update_event(event_id, StatusEvent.attempts == attempt).values(**state))
+    current = bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    session.add(
+        WebhookAttempt(
+            event_id=event_id,
+            attempt=attempt,
+            at=started,
+            status_code=status_code,
+            error=error,
+            next_attempt_at=state["next_attempt_at"],
+        )
+    )
+    try:
+        session.commit()
+    except IntegrityError:  # the classifier, and with it the event, was deleted
+        session.rollback()
+        return None
+    return Attempted(attempt, status_code, error, retry_in if current else None)
+
+
+def _update_event(event_id: str, *conditions: ColumnElement[bool]) -> Update:
+    return (
+        update(StatusEvent)
+        .where(StatusEvent.id == event_id, *conditions)
+        .execution_options(synchronize_session=False)
+    )

@@ -1,0 +1,145 @@
+"""The SSRF guard of callback URLs and the webhook signature scheme (no database, no network
+beyond the resolver; hostnames that must resolve to given addresses patch the resolver)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from service.callback_urls import UnsafeCallback, check_callback_url
+from service.client.webhooks import InvalidSignature, sign, verify
+
+SECRET = "whsec_test"
+BODY = b'{"id":"e1","status":"Available"}'
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1/hook", "loopback"),
+        ("http://127.1.2.3:8080/hook", "loopback"),
+        ("http://[::1]/hook", "loopback"),
+        ("http://localhost:8000/hook", "loopback"),
+        ("http://2130706433/hook", "loopback"),  # 127.0.0.1 as one decimal number
+        ("http://0x7f.1/hook", "loopback"),
+        ("http://[::ffff:127.0.0.1]/hook", "loopback"),
+        ("http://[2002:7f00:1::]/hook", "loopback"),  # 6to4 around 127.0.0.1
+        ("http://10.0.0.5/hook", "private"),
+        ("http://172.16.3.4/hook", "private"),
+        ("http://192.168.1.1/hook", "private"),
+        ("http://[::ffff:10.1.2.3]/hook", "private"),
+        ("http://[64:ff9b::a00:1]/hook", "private"),  # NAT64 around 10.0.0.1
+        ("http://[fd00::1]/hook", "private"),
+        ("http://169.254.169.254/latest/meta-data/", "link-local"),
+        ("http://[fe80::1]/hook", "link-local"),
+        ("http://0.0.0.0/hook", "unspecified"),
+        ("http://[::]/hook", "unspecified"),
+        ("http://224.0.0.1/hook", "multicast"),
+        ("http://240.0.0.1/hook", "reserved"),
+        ("http://100.64.0.1/hook", "non-global"),  # carrier-grade NAT
+    ],
+)
+def test_non_public_addresses_are_refused(url: str, why: str) -> None:
+    with pytest.raises(UnsafeCallback, match=f"a {why} address"):
+        check_callback_url(url, allow_private=False)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("ftp://93.184.216.34/hook", "http:// or https://"),
+        ("file:///etc/passwd", "http:// or https://"),
+        ("gopher://93.184.216.34:70/_x", "http:// or https://"),
+        ("javascript:alert(1)", "http:// or https://"),
+        ("93.184.216.34/hook", "http:// or https://"),
+        ("http:///hook", "no host"),
+        ("http://user:pw@93.184.216.34/hook", "credentials"),
+        ("http://93.184.216.34:99999/hook", "not a valid URL"),
+        ("http://no-such-host.invalid/hook", "does not resolve"),
+        ("http://93.184.216.34/" + "a" * 2048, "at most 2048"),
+    ],
+)
+def test_malformed_or_non_http_urls_are_refused(url: str, why: str) -> None:
+    with pytest.raises(UnsafeCallback, match=why):
+        check_callback_url(url, allow_private=True)
+
+
+def _resolves_to(monkeypatch: pytest.MonkeyPatch, host: str, *addresses: str) -> None:
+    real = socket.getaddrinfo
+
+    def fake(name: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if name != host:
+            return real(name, port, *args, **kwargs)
+        return [
+            (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
+            for a in addresses
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+
+
+def test_a_hostname_resolving_to_a_private_address_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    _resolves_to(monkeypatch, "hooks.example.com", "10.20.30.40")
+
+    with pytest.raises(UnsafeCallback, match="'hooks.example.com' resolves to 10.20.30.40, a private"):
+        check_callback_url("https://hooks.example.com/taas", allow_private=False)
+
+
+def test_a_hostname_is_refused_when_any_of_its_addresses_is_not_public(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _resolves_to(monkeypatch, "mixed.example.com", "93.184.216.34", "fe80::1")
+
+    with pytest.raises(UnsafeCallback, match="link-local"):
+        check_callback_url("https://mixed.example.com/taas", allow_private=False)
+
+
+def test_a_public_host_is_pinned_to_the_checked_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    _resolves_to(monkeypatch, "hooks.example.com", "93.184.216.34")
+
+    target = check_callback_url("https://hooks.example.com/taas?x=1#frag", allow_private=False)
+
+    assert target.url == "https://93.184.216.34:443/taas?x=1"
+    assert (target.host, target.server_name) == ("hooks.example.com", "hooks.example.com")
+
+
+def test_allow_private_lets_a_local_receiver_through() -> None:
+    target = check_callback_url("http://localhost:8081/hook", allow_private=True)
+
+    assert target.url in ("http://127.0.0.1:8081/hook", "http://[::1]:8081/hook")
+    assert (target.host, target.server_name) == ("localhost:8081", None)
+
+
+def test_a_signature_verifies_and_gives_its_timestamp() -> None:
+    header = sign(SECRET, BODY, 1_700_000_000)
+
+    assert header.startswith("t=1700000000,v1=")
+    assert verify(SECRET, BODY, header, now=1_700_000_100) == 1_700_000_000
+
+
+@pytest.mark.parametrize(
+    ("secret", "body", "now", "why"),
+    [
+        ("whsec_other", BODY, 1_700_000_000, "no v1 signature matches"),
+        (SECRET, BODY.replace(b"Available", b"Failed"), 1_700_000_000, "no v1 signature matches"),
+        (SECRET, BODY, 1_700_000_301, "a replay"),
+        (SECRET, BODY, 1_699_999_699, "a replay"),
+    ],
+)
+def test_a_wrong_secret_a_changed_body_or_an_old_timestamp_is_refused(
+    secret: str, body: bytes, now: int, why: str
+) -> None:
+    header = sign(SECRET, BODY, 1_700_000_000)
+
+    with pytest.raises(InvalidSignature, match=why):
+        verify(secret, body, header, now=now)
+
+
+@pytest.mark.parametrize(
+    "header", [None, "", "v1=abc", "t=soon,v1=abc", "t=1,t=2,v1=abc", "t=1700000000", "garbage"]
+)
+def test_a_malformed_signature_header_is_refused(header: str | None) -> None:
+    with pytest.raises(InvalidSignature):
+        verify(SECRET, BODY, header, now=1_700_000_000)

@@ -1,0 +1,262 @@
+"""One delivery attempt (``service.webhooks.deliver``) against a real local receiver, without a
+broker in the loop: signed JSON, one attempt per due time whatever the number of messages,
+back-off, the cap, no redirects, the SSRF check again at delivery; and the relay that sends
+(and re-sends) the messages (``send_due``) on a real Redis."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from service import jobs, webhooks
+from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, verify
+from service.db import session_factory
+from service.models import Delivery, StatusEvent, TrainingJob, utcnow
+from service.queue import WEBHOOK_QUEUE
+from service.settings import Settings
+from tests.conftest import TenantHandle, empty_redis_db
+from tests.webhook_receiver import running_receiver
+
+BROKER_URL = "redis://127.0.0.1:6379/10"
+BACKOFF_SECONDS = 0.2
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    """Redis db 10, emptied before and after the test."""
+    with empty_redis_db(BROKER_URL) as client:
+        yield client
+
+
+@pytest.fixture
+def settings(settings_factory: Callable[..., Settings], broker: redis.Redis) -> Settings:
+    """A local receiver is allowed; fast back-off; three attempts at most."""
+    return settings_factory(
+        redis_url=BROKER_URL,
+        webhook_allow_private=True,
+        webhook_backoff_seconds=BACKOFF_SECONDS,
+        webhook_backoff_max_seconds=1.0,
+        webhook_max_attempts=3,
+        webhook_timeout_seconds=2.0,
+    )
+
+
+@pytest.fixture
+def event_to(
+    tenant: TenantHandle, create_classifier: Callable[..., httpx.Response], session: Session
+) -> Callable[[str], StatusEvent]:
+    """``event_to(url)``: create a classifier with that callback URL; its first status event."""
+
+    def create(url: str) -> StatusEvent:
+        reply = create_classifier(tenant, metadata={"language": "en", "name": "w", "callback_url": url})
+        assert reply.status_code == 200, reply.text
+        session.rollback()
+        return session.scalars(
+            select(StatusEvent).where(StatusEvent.classifier_id == reply.json()["classifier_id"])
+        ).one()
+
+    return create
+
+
+def _event(session: Session, event_id: str) -> StatusEvent:
+    session.expire_all()
+    found = session.get(StatusEvent, event_id)
+    assert found is not None
+    return found
+
+
+def test_a_delivery_is_signed_json_keyed_by_the_event_id_and_happens_once(
+    client: TestClient,
+    tenant: TenantHandle,
+    session: Session,
+    settings: Settings,
+    event_to: Callable[[str], StatusEvent],
+) -> None:
+    with running_receiver() as receiver:
+        event = event_to(receiver.url)
+
+        attempted = webhooks.deliver(session, settings, event.id)
+        again = webhooks.deliver(session, settings, event.id)
+
+    assert attempted == webhooks.Attempted(1, 200, None, None) and again is None
+    [got] = receiver.all()
+    secret = client.get("/v1/webhook_secret", headers=tenant.headers).json()["secret"]
+    verify(secret, got.body, got.headers[SIGNATURE_HEADER])
+    assert (got.path, got.headers["Content-Type"], got.headers[EVENT_ID_HEADER]) == (
+        "/hooks/taas",
+        "application/json",
+        event.id,
+    )
+    assert got.event == {
+        "id": event.id,
+        "type": "classifier.status_changed",
+        "created": got.event["created"],
+        "classifier_id": event.classifier_id,
+        "status": "Training",
+        "previous_status": "Non Existent",
+        "status_description": event.description,
+    }
+    stored = _event(session, event.id)
+    assert (stored.delivery, stored.attempts, stored.next_attempt_at) == (Delivery.DELIVERED, 1, None)
+
+
+def test_failed_attempts_back_off_then_the_event_is_given_up_at_the_cap(
+    client: TestClient,
+    tenant: TenantHandle,
+    session: Session,
+    settings: Settings,
+    event_to: Callable[[str], StatusEvent],
+    wait_until: Callable[..., Any],
+) -> None:
+    attempts: list[webhooks.Attempted] = []
+    with running_receiver(answers=[503, 500, 429]) as receiver:
+        event = event_to(receiver.url)
+        attempts.append(webhooks.deliver(session, settings, event.id))  # type: ignore[arg-type]
+        assert webhooks.deliver(session, settings, event.id) is None  # not due yet
+        for _ in range(2):
+            attempts.append(wait_until(lambda: webhooks.deliver(session, settings, event.id), timeout=5))
+
+    assert [(a.attempt, a.status_code, a.retry_in) for a in attempts] == [
+        (1, 503, BACKOFF_SECONDS),
+        (2, 500, 2 * BACKOFF_SECONDS),
+        (3, 429, None),
+    ]
+    assert attempts[0].error == "HTTP 503: not now"
+    assert _event(session, event.id).delivery == Delivery.FAILED
+    assert len({r.event["id"] for r in receiver.all()}) == 1
+    listed = client.get(f"/v1/classifiers/{event.classifier_id}/events", headers=tenant.headers).json()
+    [shown] = listed["status_events"]
+    assert shown["delivery"] == "failed" and shown["next_attempt"] is None
+    assert [(a["attempt"], a["status_code"]) for a in shown["attempts"]] == [(1, 503), (2, 500), (3, 429)]
+    assert shown["attempts"][0]["next_attempt"] is not None and shown["attempts"][2]["next_attempt"] is None
+
+
+def test_a_redirect_is_a_failed_attempt_and_is_not_followed(
+    session: Session, settings: Settings, event_to: Callable[[str], StatusEvent]
+) -> None:
+    with running_receiver(answers=[302]) as receiver:
+        event = event_to(receiver.url)
+        attempted = webhooks.deliver(session, settings, event.id)
+
+    assert attempted is not None and (attempted.status_code, attempted.retry_in) == (302, BACKOFF_SECONDS)
+    assert len(receiver.all()) == 1
+
+
+def test_the_address_is_checked_again_at_delivery(
+    session: Session, settings: Settings, event_to: Callable[[str], StatusEvent]
+) -> None:
+    with running_receiver() as receiver:
+        event = event_to(receiver.url)  # accepted while the installation allowed private receivers
+        strict = settings.model_copy(update={"webhook_allow_private": False})
+        attempted = webhooks.deliver(session, strict, event.id)
+
+    assert attempted is not None and attempted.status_code is None
+    assert attempted.error == (
+        "refused: callback_url host '127.0.0.1' resolves to 127.0.0.1, a loopback address "
+        "(taas calls only public addresses)"
+    )
+    assert receiver.all() == []
+
+
+def test_a_classifier_deleted_during_an_attempt_ends_its_delivery_quietly(
+    client: TestClient,
+    tenant: TenantHandle,
+    session: Session,
+    settings: Settings,
+    event_to: Callable[[str], StatusEvent],
+) -> None:
+    classifier_id: list[str] = []
+
+    def delete_it() -> None:
+        assert client.delete(f"/v1/classifiers/{classifier_id[0]}", headers=tenant.headers).status_code == 200
+
+    with running_receiver(answers=[503], on_request=delete_it) as receiver:
+        event = event_to(receiver.url)
+        event_id = event.id
+        classifier_id.append(event.classifier_id)
+
+        attempted = webhooks.deliver(session, settings, event_id)
+
+    assert attempted is None and len(receiver.all()) == 1
+    assert session.scalars(select(StatusEvent.id).where(StatusEvent.id == event_id)).all() == []
+
+
+def test_two_messages_for_one_event_at_once_make_one_attempt(
+    session: Session, settings: Settings, event_to: Callable[[str], StatusEvent], engine: Any
+) -> None:
+    results: list[webhooks.Attempted | None] = []
+    with running_receiver() as receiver:
+        event = event_to(receiver.url)
+
+        def run() -> None:
+            with session_factory(engine)() as own:
+                results.append(webhooks.deliver(own, settings, event.id))
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+
+    assert sorted(results, key=lambda r: r is None) == [webhooks.Attempted(1, 200, None, None), None]
+    assert len(receiver.all()) == 1
+
+
+def test_the_relay_sends_unsent_events_and_resends_only_overdue_ones(
+    session: Session,
+    settings: Settings,
+    broker: redis.Redis,
+    event_to: Callable[[str], StatusEvent],
+) -> None:
+    event = event_to("http://93.184.216.34/hook")  # the API sent its message after the commit
+    assert broker.llen(WEBHOOK_QUEUE) == 1
+    assert webhooks.send_due(session, settings) == []  # sent just now: not overdue
+    job = session.scalars(select(TrainingJob).where(TrainingJob.classifier_id == event.classifier_id)).one()
+    lease = jobs.claim_job(session, job.id, "w", now=utcnow(), lease=timedelta(seconds=60))
+    assert lease is not None
+    assert jobs.finish_job(session, lease, model_dir="m", metrics={}, now=utcnow())  # a worker's commit
+    finished = session.scalars(
+        select(StatusEvent).where(
+            StatusEvent.classifier_id == event.classifier_id, StatusEvent.id != event.id
+        )
+    ).one()
+
+    assert webhooks.send_due(session, settings) == [finished.id]
+    assert webhooks.send_due(session, settings) == []
+    hour_ago = utcnow() - timedelta(hours=1)
+    session.execute(  # as if both messages had been lost with Redis an hour ago
+        update(StatusEvent)
+        .where(StatusEvent.classifier_id == event.classifier_id)
+        .values(enqueued_at=hour_ago, next_attempt_at=hour_ago)
+    )
+    session.commit()
+    assert sorted(webhooks.send_due(session, settings)) == sorted([event.id, finished.id])
+    assert broker.llen(WEBHOOK_QUEUE) == 4
+
+
+def test_a_receiver_that_is_down_gets_the_event_once_it_is_back(
+    session: Session,
+    settings: Settings,
+    event_to: Callable[[str], StatusEvent],
+    wait_until: Callable[..., Any],
+) -> None:
+    with running_receiver(answers=[503, 503]) as receiver:
+        event = event_to(receiver.url)
+
+        def delivered() -> bool:
+            attempted = webhooks.deliver(session, settings, event.id)
+            return attempted is not None and attempted.error is None
+
+        wait_until(delivered, timeout=10)
+
+    assert [r.answered for r in receiver.all()] == [503, 503, 200]
+    assert [r.event["id"] for r in receiver.accepted()] == [event.id]

@@ -1,0 +1,57 @@
+"""The webhook delivery task: one attempt to deliver a classifier status event.
+
+The task is a thin shell around :func:`service.webhooks.deliver`, which takes the attempt with a
+compare-and-set, so a duplicate message does nothing. A failed attempt is retried with
+``Task.retry(countdown=...)`` after the back-off that the attempt recorded; the cap on attempts
+lives in the database (``webhook_max_attempts``), not in Celery's ``max_retries``, so it holds
+across messages that the sweep re-sends (``workers.webhook_worker``). The task has a queue of its
+own, ``webhooks``, which only the webhook worker consumes: a delivery never waits behind a
+training job, and a training worker never runs one.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+from celery import Task
+from sqlalchemy.orm import Session, sessionmaker
+
+from service import webhooks
+from service.db import make_engine, session_factory
+from service.queue import WEBHOOK_QUEUE, WEBHOOK_TASK
+from service.settings import get_settings
+from workers.app import celery_app
+
+log = logging.getLogger(__name__)
+
+
+@celery_app.task(
+    name=WEBHOOK_TASK,
+    bind=True,
+    queue=WEBHOOK_QUEUE,
+    acks_late=False,  # a lost message is the sweep's to re-send, not Redis's visibility timeout
+    ignore_result=True,
+    max_retries=None,  # the cap is webhook_max_attempts, counted in the database
+)
+def deliver_webhook(self: Task, event_id: str) -> None:  # type: ignore[type-arg]
+    """Make the next delivery attempt of status event ``event_id``, if it is due; schedule the
+    one after it when this one failed. Returns quietly when there is nothing to do."""
+    with _sessions()() as session:
+        attempted = webhooks.deliver(session, get_settings(), event_id)
+    if attempted is None:
+        return
+    log.info(
+        "event %s attempt %d: %s",
+        event_id,
+        attempted.attempt,
+        attempted.error or f"delivered (HTTP {attempted.status_code})",
+    )
+    if attempted.retry_in is not None:
+        raise self.retry(countdown=attempted.retry_in)
+
+
+@lru_cache(maxsize=1)
+def _sessions() -> sessionmaker[Session]:
+    # One engine per process, its pool shared by the delivery threads, not one per task.
+    return session_factory(make_engine(get_settings()))

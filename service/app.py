@@ -10,9 +10,12 @@ from fastapi import FastAPI
 
 from service import ops, serving
 from service.api import errors
+from service.api.fast_classify import FastClassify
 from service.api.routes import admin, classifiers, classify, datasets, webhooks
 from service.api.uploads import BodyLimit
 from service.db import make_engine, session_factory
+from service.invalidation import Invalidations
+from service.lookup_cache import LookupCache
 from service.metrics import Metrics, MetricsMiddleware
 from service.ratelimit import RateLimiter
 from service.serving import ModelCache
@@ -40,6 +43,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         serving.use_one_torch_thread()
         app.state.limiter = RateLimiter(settings.redis_url, burst_seconds=settings.classify_burst_seconds)
+        app.state.lookups = LookupCache()
+        app.state.invalidations = Invalidations(settings.redis_url, app.state.lookups)
+        app.state.invalidations.start()
         app.state.redis = connect(settings.redis_url) if settings.redis_url else None  # ops, workers
         app.state.metrics = metrics
         metrics.watch_platform(app.state.sessions, app.state.redis)
@@ -49,6 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics.watch_platform(None, None)
             if app.state.redis is not None:
                 app.state.redis.close()
+            app.state.invalidations.close()
             app.state.limiter.close()
             app.state.models.close()
             engine.dispose()
@@ -59,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    app.add_middleware(FastClassify)  # innermost: inside the body limit and the metrics
     app.add_middleware(
         BodyLimit,
         upload_bytes=settings.max_upload_bytes,

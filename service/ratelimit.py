@@ -66,7 +66,9 @@ class RateLimiter:
         self.burst_seconds = burst_seconds
         self.retry_s = retry_s
         self.lease_seconds = lease_seconds
-        self._leases: dict[str, tuple[int, float]] = {}  # bucket -> (calls left, spendable until)
+        # (bucket, rate) -> (calls left, spendable until): a lease taken at another rate is not
+        # spent once the tenant's rate changes
+        self._leases: dict[tuple[str, int], tuple[int, float]] = {}
         self._lock = threading.Lock()
         self._skip_until = -math.inf
         self._client = (
@@ -83,13 +85,10 @@ class RateLimiter:
         Raises RateLimited (429, with the whole seconds to wait) when over the rate, and
         QuotaExceeded when the rate is 0 (the tenant may not make such calls at all).
         """
-        if per_second <= 0:
-            raise QuotaExceeded(quota, 0, 0)
-        if self._script is None or time.monotonic() < self._skip_until:
+        if self.acquire_nowait(quota, tenant_id, per_second):
             return
-        bucket = f"taas:rate:{quota}:{tenant_id}"
-        if self._spend_leased(bucket):
-            return
+        assert self._script is not None
+        bucket = _bucket(quota, tenant_id)
         interval_us = 1_000_000 / per_second
         tolerance_us = max(self.burst_seconds * 1_000_000, interval_us)
         wanted = max(1, int(per_second * self.lease_seconds))
@@ -103,16 +102,26 @@ class RateLimiter:
             raise RateLimited(quota, per_second, max(1, math.ceil(int(wait_us) / 1_000_000)))
         if granted > 1:
             with self._lock:
-                self._leases[bucket] = (int(granted) - 1, time.monotonic() + self.lease_seconds)
+                self._leases[(bucket, per_second)] = (int(granted) - 1, time.monotonic() + self.lease_seconds)
 
-    def _spend_leased(self, bucket: str) -> bool:
-        """Take one call from this replica's lease on ``bucket``, if it has one left."""
+    def acquire_nowait(self, quota: str, tenant_id: str, per_second: int) -> bool:
+        """Record one call if that needs no Redis round trip (this replica holds a lease with
+        calls left, or the limiter is off); False if it does: then call :meth:`acquire`, on a
+        worker thread. Raises QuotaExceeded when the rate is 0."""
+        if per_second <= 0:
+            raise QuotaExceeded(quota, 0, 0)
+        if self._script is None or time.monotonic() < self._skip_until:
+            return True
+        return self._spend_leased((_bucket(quota, tenant_id), per_second))
+
+    def _spend_leased(self, lease: tuple[str, int]) -> bool:
+        """Take one call from this replica's lease, if it holds one with calls left."""
         with self._lock:
-            left, until = self._leases.get(bucket, (0, 0.0))
+            left, until = self._leases.get(lease, (0, 0.0))
             if left <= 0 or time.monotonic() >= until:
-                self._leases.pop(bucket, None)
+                self._leases.pop(lease, None)
                 return False
-            self._leases[bucket] = (left - 1, until)
+            self._leases[lease] = (left - 1, until)
             return True
 
     def close(self) -> None:
@@ -125,3 +134,7 @@ class RateLimiter:
         if now - self._warned_at >= _WARN_EVERY_S:
             self._warned_at = now
             log.warning("rate limiter cannot reach Redis (calls are let through): %s", exc)
+
+
+def _bucket(quota: str, tenant_id: str) -> str:
+    return f"taas:rate:{quota}:{tenant_id}"

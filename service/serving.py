@@ -2,8 +2,9 @@
 
 Nothing here runs on the event loop for long: a model is loaded on a small loader pool of
 its own (a slow load never takes a thread that inference or the database needs, and requests
-for the same model share one load), and lookups and inference run on a small, bounded set of
-serving threads (``ModelCache.threads``: more threads than cores only fight over the GIL).
+for the same model share one load), database lookups run on a small, bounded set of worker
+threads (``ModelCache.threads``: more threads than cores only fight over the GIL) and inference
+is micro-batched on as many serving threads (``ModelCache.inference``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,14 @@ from anyio import CapacityLimiter, to_thread
 from sqlalchemy import and_, bindparam, select
 from sqlalchemy.orm import Session
 
+from service.batching import InferenceBatcher, Scores
 from service.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from service.models import ApiKey, Classifier, ClassifierStatus, TenantQuota
 from service.store import ArtifactStore
-from service.tenancy import hash_key
 from service.training_data import has_surrogates
 from trainer.errors import CheckpointCorrupt
 from trainer.inference import LoadedModel
 
-Scores = list[tuple[str, float]]
 _Key = tuple[str, str]
 
 
@@ -73,10 +73,10 @@ _LOOKUP = (
 )
 
 
-def lookup(session: Session, api_key: str, classifier_id: str) -> ServingLookup | None:
-    """Resolve an active key and the classifier it names in one query (the classify hot path);
-    None when the key is unknown or revoked. The stored hash is compared in constant time."""
-    digest = hash_key(api_key)
+def lookup(session: Session, digest: str, classifier_id: str) -> ServingLookup | None:
+    """Resolve an active key (by its :func:`service.tenancy.hash_key` digest) and the classifier
+    it names in one query (the classify hot path); None when the key is unknown or revoked. The
+    stored hash is compared in constant time."""
     row = session.execute(_LOOKUP, {"digest": digest, "classifier_id": classifier_id}).one_or_none()
     if row is None or not hmac.compare_digest(row.key_hash, digest):
         return None
@@ -106,9 +106,11 @@ class ModelCache:
         # Makes the model folder local before a load: ArtifactStore.fetch downloads it from the
         # remote store on nodes without a shared file system (on the loader thread).
         self._fetch = fetch
-        # Classify work (lookups, inference) runs on at most ``threads`` worker threads: more
-        # only contend for the GIL and stretch every request's latency.
+        # Classify work runs on at most ``threads`` threads at once (more only contend for the
+        # GIL and stretch every request's latency): database lookups that miss the lookup cache
+        # on worker threads, inference micro-batched on serving threads of its own.
         self.threads = CapacityLimiter(threads)
+        self.inference = InferenceBatcher(threads)
         self._models: OrderedDict[_Key, LoadedModel] = OrderedDict()
         self._pending: dict[_Key, asyncio.Future[LoadedModel]] = {}  # touched only on the loop
         self._lock = threading.Lock()
@@ -118,18 +120,25 @@ class ModelCache:
         with self._lock:
             return len(self._models)
 
+    def peek(self, classifier_id: str, model_dir: Path) -> LoadedModel | None:
+        """The model if it is loaded already (never loads)."""
+        key = (classifier_id, str(model_dir))
+        with self._lock:
+            model = self._models.get(key)
+            if model is not None:
+                self._models.move_to_end(key)
+            return model
+
     async def aget(self, classifier_id: str, model_dir: Path) -> LoadedModel:
         """The loaded model in ``model_dir``, loading it off the event loop on a miss.
 
         Concurrent callers for one model await a single load; a caller that goes away does not
         cancel it for the others. Raises CheckpointCorrupt (or OSError) if unreadable.
         """
+        model = self.peek(classifier_id, model_dir)
+        if model is not None:
+            return model
         key = (classifier_id, str(model_dir))
-        with self._lock:
-            model = self._models.get(key)
-            if model is not None:
-                self._models.move_to_end(key)
-                return model
         pending = self._pending.get(key)
         if pending is None:
             pending = asyncio.get_running_loop().run_in_executor(self._loader, self._load, key, model_dir)
@@ -140,6 +149,7 @@ class ModelCache:
     def close(self) -> None:
         """Stop the loader threads (loads in progress finish) and drop every model."""
         self._loader.shutdown(wait=False, cancel_futures=True)
+        self.inference.close()
         with self._lock:
             self._models.clear()
 
@@ -194,9 +204,10 @@ async def classify(
 ) -> list[Scores]:
     """Per text, every class with its confidence, highest first, summing to 1.
 
-    Conflict when the classifier is not Available. When its model cannot be read: NotFound
-    if ``still_exists()`` (run in a thread) says it was deleted meanwhile, else
-    ServiceUnavailable. Loading and inference run off the event loop.
+        Conflict when the classifier is not Available. When its model cannot be read: NotFound
+        if ``still_exists()`` (run in a thread) says it was deleted meanwhile, else
+        ServiceUnavailable. Loading and inference run off the event loop (inference micro-batched
+    with concurrent calls, :mod:`service.batching`).
     """
     if classifier.status != ClassifierStatus.AVAILABLE.value or not classifier.model_dir:
         raise Conflict(
@@ -210,7 +221,7 @@ async def classify(
         raise ServiceUnavailable(
             f"the model of classifier '{classifier.id}' cannot be loaded: {exc}"
         ) from exc
-    return await to_thread.run_sync(model.classify, list(texts), limiter=cache.threads)
+    return await cache.inference.classify(model, list(texts))
 
 
 def use_one_torch_thread() -> None:

@@ -20,12 +20,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service import classifiers, datasets, serving
 from service.errors import Forbidden, NotFound, Unauthorized
+from service.invalidation import Invalidations
+from service.lookup_cache import LookupCache
 from service.models import Classifier, Dataset, Tenant
 from service.ratelimit import RateLimiter
 from service.serving import ModelCache, Servable
 from service.settings import Settings
 from service.store import ArtifactStore
-from service.tenancy import is_admin_key, presented_key, tenant_for_key, well_formed_id
+from service.tenancy import hash_key, is_admin_key, presented_key, tenant_for_key, well_formed_id
 
 
 async def _settings(request: Request) -> Settings:
@@ -48,10 +50,16 @@ async def _models(request: Request) -> ModelCache:
     return cache
 
 
+async def _invalidations(request: Request) -> Invalidations:
+    invalidations: Invalidations = request.app.state.invalidations
+    return invalidations
+
+
 SettingsDep = Annotated[Settings, Depends(_settings)]
 SessionDep = Annotated[Session, Depends(_session)]
 StoreDep = Annotated[ArtifactStore, Depends(_store)]
 ModelCacheDep = Annotated[ModelCache, Depends(_models)]
+InvalidationsDep = Annotated[Invalidations, Depends(_invalidations)]
 
 
 async def _key(
@@ -128,42 +136,48 @@ async def _serving_target(
     authorization: Annotated[str | None, Header()] = None,
     x_api_key: Annotated[str | None, Header()] = None,
 ) -> ServingTarget:
-    # The hot path, kept to one dependency (FastAPI's per-dependency cost is real here) and one
-    # hop to a serving thread: one query (caller, its rate override, the classifier) and one
-    # Redis call (the tenant's rate).
+    # The hot path, kept to one dependency (FastAPI's per-dependency cost is real here). The
+    # caller, its rate and the classifier come from the lookup cache, else from one query on a
+    # worker thread; the rate from this replica's lease, else from Redis on a worker thread.
     key = await _key(authorization, x_api_key)
     state = request.app.state
     models: ModelCache = state.models
-    found, still_exists = await to_thread.run_sync(
-        _resolve_target,
-        state.sessions,
-        classifier_id,
-        key,
-        state.settings,
-        state.limiter,
-        limiter=models.threads,
-    )
-    return ServingTarget(found, still_exists, state.settings, state.store, models)
-
-
-def _resolve_target(
-    sessions: sessionmaker[Session], classifier_id: str, key: str, settings: Settings, limiter: RateLimiter
-) -> tuple[Servable, Callable[[], bool]]:
-    with sessions() as session:
-        found = serving.lookup(session, key, classifier_id if well_formed_id(classifier_id) else "")
+    lookups: LookupCache = state.lookups
+    digest = hash_key(key)
+    found = lookups.get(digest, classifier_id)
     if found is None:
-        raise _refusal(settings, key)
-    rps = settings.quota_classify_rps if found.classify_rps is None else found.classify_rps
-    limiter.acquire("classify_rps", found.tenant_id, rps)
+        found = await to_thread.run_sync(
+            _lookup, state.sessions, lookups, digest, classifier_id, limiter=models.threads
+        )
+    if found is None:
+        raise _refusal(state.settings, key)
+    limiter: RateLimiter = state.limiter
+    rps = state.settings.quota_classify_rps if found.classify_rps is None else found.classify_rps
+    if not limiter.acquire_nowait("classify_rps", found.tenant_id, rps):
+        await to_thread.run_sync(
+            limiter.acquire, "classify_rps", found.tenant_id, rps, limiter=models.threads
+        )
     if found.classifier is None:  # unknown, another tenant's, or not even an id
         raise NotFound("classifier", classifier_id)
     classifier_pk = found.classifier.id
+    sessions: sessionmaker[Session] = state.sessions
 
     def still_exists() -> bool:
         with sessions() as fresh:
             return fresh.get(Classifier, classifier_pk) is not None
 
-    return found.classifier, still_exists
+    return ServingTarget(found.classifier, still_exists, state.settings, state.store, models)
+
+
+def _lookup(
+    sessions: sessionmaker[Session], lookups: LookupCache, digest: str, classifier_id: str
+) -> serving.ServingLookup | None:
+    generation = lookups.generation()
+    with sessions() as session:
+        found = serving.lookup(session, digest, classifier_id if well_formed_id(classifier_id) else "")
+    if found is not None:
+        lookups.put(digest, classifier_id, found, generation)
+    return found
 
 
 ServingDep = Annotated[ServingTarget, Depends(_serving_target)]

@@ -18,7 +18,6 @@ from service.models import (
     WebhookAttempt,
     timestamp,
 )
-from service.serving import Scores
 from service.status_events import event_json
 
 PROGRESS_FIELDS = (
@@ -235,15 +234,6 @@ class CollectionResult(BaseModel):
     text: str
     top_class: str
     classes: list[ClassifiedClass]
-
-    @classmethod
-    def build(cls, text: str, scores: Scores) -> CollectionResult:
-        """From the trainer's ranked scores."""
-        return cls(
-            text=text,
-            top_class=scores[0][0],
-            classes=[ClassifiedClass(class_name=name, confidence=conf) for name, conf in scores],
-        )
 
 
 class Classification(CollectionResult):

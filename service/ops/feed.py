@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
 from service import tenancy
-from service.api.deps import SessionDep, SettingsDep
+from service.api.deps import InvalidationsDep, SessionDep, SettingsDep
 from service.errors import BadRequest
 from service.metrics import CONTENT_TYPE, Metrics
 from service.models import utcnow
@@ -62,15 +62,22 @@ def tenants(_: OpsSessionDep, session: SessionDep, settings: SettingsDep) -> dic
 
 
 @router.post("/tenants/{tenant_id}/keys", status_code=201)
-def rotate_key(_: CsrfSessionDep, tenant_id: str, body: _Rotate, session: SessionDep) -> dict[str, str]:
+def rotate_key(
+    _: CsrfSessionDep, tenant_id: str, body: _Rotate, session: SessionDep, invalidations: InvalidationsDep
+) -> dict[str, str]:
     """A new key for the tenant, shown only in this reply."""
     issued = tenancy.rotate_key(session, tenant_id, revoke_others=body.revoke_others, now=utcnow())
+    if body.revoke_others:
+        invalidations.announce(tenant_id)
     return {"tenant_id": issued.tenant_id, "key_id": issued.key_id, "api_key": issued.api_key}
 
 
 @router.post("/tenants/{tenant_id}/keys/{key_id}/revoke")
-def revoke_key(_: CsrfSessionDep, tenant_id: str, key_id: str, session: SessionDep) -> dict[str, str]:
+def revoke_key(
+    _: CsrfSessionDep, tenant_id: str, key_id: str, session: SessionDep, invalidations: InvalidationsDep
+) -> dict[str, str]:
     tenancy.revoke_key(session, tenant_id, key_id, now=utcnow())
+    invalidations.announce(tenant_id)
     return {}
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from service import quotas, tenancy
-from service.api.deps import AdminDep, SessionDep, SettingsDep
+from service.api.deps import AdminDep, InvalidationsDep, SessionDep, SettingsDep
 from service.api.schemas import (
     KeyIssued,
     KeyRotate,
@@ -43,17 +43,28 @@ def list_tenants(_: AdminDep, session: SessionDep) -> TenantList:
 
 
 @router.post("/tenants/{tenant_id}/keys", response_model=KeyIssued, status_code=201)
-def rotate_key(_: AdminDep, tenant_id: str, session: SessionDep, body: KeyRotate | None = None) -> KeyIssued:
+def rotate_key(
+    _: AdminDep,
+    tenant_id: str,
+    session: SessionDep,
+    invalidations: InvalidationsDep,
+    body: KeyRotate | None = None,
+) -> KeyIssued:
     """Issue a new key; with ``revoke_others`` every older key stops working at once."""
     revoke = body.revoke_others if body else False
     issued = tenancy.rotate_key(session, tenant_id, revoke_others=revoke, now=utcnow())
+    if revoke:
+        invalidations.announce(tenant_id)
     return KeyIssued(tenant_id=issued.tenant_id, key_id=issued.key_id, api_key=issued.api_key)
 
 
 @router.delete("/tenants/{tenant_id}/keys/{key_id}")
-def revoke_key(_: AdminDep, tenant_id: str, key_id: str, session: SessionDep) -> dict[str, object]:
+def revoke_key(
+    _: AdminDep, tenant_id: str, key_id: str, session: SessionDep, invalidations: InvalidationsDep
+) -> dict[str, object]:
     """Revoke one key; requests with it fail from now on."""
     tenancy.revoke_key(session, tenant_id, key_id, now=utcnow())
+    invalidations.announce(tenant_id)
     return {}
 
 
@@ -65,10 +76,16 @@ def get_quotas(_: AdminDep, tenant_id: str, session: SessionDep, settings: Setti
 
 @router.patch("/tenants/{tenant_id}/quotas", response_model=TenantQuotas)
 def set_quotas(
-    _: AdminDep, tenant_id: str, body: QuotaOverrides, session: SessionDep, settings: SettingsDep
+    _: AdminDep,
+    tenant_id: str,
+    body: QuotaOverrides,
+    session: SessionDep,
+    settings: SettingsDep,
+    invalidations: InvalidationsDep,
 ) -> TenantQuotas:
     """Override some quotas of one tenant (an integer), or reset them to the default (null)."""
     quotas.set_overrides(session, settings, tenant_id, body.changes(), now=utcnow())
+    invalidations.announce(tenant_id)
     return _quotas_view(session, settings, tenant_id)
 
 

@@ -1,13 +1,16 @@
 """NLC v1 classify and classify_collection.
 
-``async`` routes: the caller, rate and classifier are resolved in one worker-thread hop
-(:data:`ServingDep`), the model is loaded and run off the event loop (``service.serving``).
+``async`` routes: the caller, rate and classifier come from the lookup cache or one
+worker-thread hop (:data:`ServingDep`); the model is loaded and run off the event loop
+(``service.serving``). A classify call whose every need is in memory is answered before
+routing, with this module's reply, by :mod:`service.api.fast_classify`.
 """
 
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel
 
 from service import serving
 from service.api.deps import ServingDep, ServingTarget
@@ -17,21 +20,18 @@ from service.api.schemas import (
     ClassificationCollection,
     ClassifyCollectionInput,
     ClassifyInput,
-    CollectionResult,
 )
 from service.errors import BadRequest
+from service.settings import Settings
 
+_JSON = "application/json"
 router = APIRouter(prefix="/v1/classifiers", tags=["classify"])
 
 
 @router.post("/{classifier_id}/classify", response_model=Classification)
 async def classify(request: Request, target: ServingDep, body: ClassifyInput) -> Response:
     """Classify one text."""
-    texts = serving.check_texts([body.text], field="text", max_chars=target.settings.max_text_chars)
-    [scores] = await _classify(target, texts)
-    result = CollectionResult.build(body.text, scores)
-    reply = Classification(classifier_id=target.classifier.id, url=_url(request, target), **dict(result))
-    return _json(reply)
+    return await _answer(request, target, body)
 
 
 @router.post("/{classifier_id}/classify_collection", response_model=ClassificationCollection)
@@ -39,31 +39,57 @@ async def classify_collection(
     request: Request, target: ServingDep, body: ClassifyCollectionInput
 ) -> Response:
     """Classify up to ``max_collection`` texts in one call."""
-    limit = target.settings.max_collection
+    return await _answer(request, target, body)
+
+
+ClassifyBody = ClassifyInput | ClassifyCollectionInput
+
+
+def texts_of(body: ClassifyBody, settings: Settings) -> list[str]:
+    """The texts a classify or classify_collection body asks about, checked by NLC's rules
+    (BadRequest naming the field)."""
+    if isinstance(body, ClassifyInput):
+        return serving.check_texts([body.text], field="text", max_chars=settings.max_text_chars)
+    limit = settings.max_collection
     if not 1 <= len(body.collection) <= limit:
         raise BadRequest("collection", f"must hold 1 to {limit} texts (max_collection)")
     texts = [item.text for item in body.collection]
-    texts = serving.check_texts(texts, field="collection", max_chars=target.settings.max_text_chars)
-    results = [
-        CollectionResult.build(t, s) for t, s in zip(texts, await _classify(target, texts), strict=True)
-    ]
-    reply = ClassificationCollection(
-        classifier_id=target.classifier.id, url=_url(request, target), collection=results
-    )
-    return _json(reply)
+    return serving.check_texts(texts, field="collection", max_chars=settings.max_text_chars)
 
 
-async def _classify(target: ServingTarget, texts: list[str]) -> list[serving.Scores]:
-    return await serving.classify(
+def reply_json(
+    request: Request, classifier_id: str, body: ClassifyBody, texts: list[str], scores: list[serving.Scores]
+) -> bytes:
+    """The reply to ``body``, :class:`Classification` or :class:`ClassificationCollection`
+    (shared with :mod:`service.api.fast_classify`). Written directly: it is built from the
+    models' own fields, and building and re-validating pydantic models would cost most of a
+    cached call."""
+    url = _url(request, classifier_id)
+    reply: dict[str, object]
+    if isinstance(body, ClassifyInput):
+        reply = {**_result(texts[0], scores[0]), "classifier_id": classifier_id, "url": url}
+    else:
+        results = [_result(t, s) for t, s in zip(texts, scores, strict=True)]
+        reply = {"classifier_id": classifier_id, "url": url, "collection": results}
+    return json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -> Response:
+    texts = texts_of(body, target.settings)
+    scores = await serving.classify(
         target.models, target.store, target.classifier, texts, still_exists=target.still_exists
     )
+    return Response(reply_json(request, target.classifier.id, body, texts, scores), media_type=_JSON)
 
 
-def _json(reply: BaseModel) -> Response:
-    # The reply is built from the model's own fields, so FastAPI's re-validation of it against
-    # response_model (which still documents it) would only cost time on the hot path.
-    return Response(reply.model_dump_json(), media_type="application/json")
+def _result(text: str, scores: serving.Scores) -> dict[str, object]:
+    """One text's :class:`service.api.schemas.CollectionResult`."""
+    return {
+        "text": text,
+        "top_class": scores[0][0],
+        "classes": [{"class_name": name, "confidence": confidence} for name, confidence in scores],
+    }
 
 
-def _url(request: Request, target: ServingTarget) -> str:
-    return f"{base_url(request)}/v1/classifiers/{target.classifier.id}"
+def _url(request: Request, classifier_id: str) -> str:
+    return f"{base_url(request)}/v1/classifiers/{classifier_id}"

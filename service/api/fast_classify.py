@@ -1,0 +1,141 @@
+"""A lean ASGI path for classify and classify_collection when what they need is in memory.
+
+Routing, dependency solving and request validation cost a FastAPI app several times the
+inference of one short text. This middleware answers ``POST /v1/classifiers/{id}/classify``
+and ``…/classify_collection`` itself when the JSON body passes NLC's rules, the caller's key
+and the classifier are in the lookup cache (:mod:`service.lookup_cache`) and the model is
+loaded; the call is then
+charged to the tenant's rate (from this replica's lease, or from Redis on a worker thread when
+the lease ran out) and run on the inference batcher. Anything else — a cache miss, a refusal, a
+malformed body, a model still to load — is handed, untouched and with its body replayed, to
+the FastAPI route, which is the one place that decides errors. Nothing is charged before a
+hand-over (a refused rate charges nothing; the route asks again and answers 429), so the route
+sees the call as if it came first hand.
+
+The reply is the route's own (:func:`service.api.routes.classify.reply_json`), and
+``scope["route"]`` is set to the route, so the metrics middleware counts the call the same way.
+"""
+
+from __future__ import annotations
+
+import re
+
+from anyio import to_thread
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.api.routes import classify
+from service.api.schemas import ClassifyCollectionInput, ClassifyInput
+from service.errors import TaasError
+from service.lookup_cache import LookupCache
+from service.ratelimit import RateLimiter
+from service.serving import ModelCache
+from service.settings import Settings
+from service.store import ArtifactStore
+from service.tenancy import hash_key, presented_key
+
+_PATH = re.compile(r"/v1/classifiers/([0-9a-f-]{36})/(classify|classify_collection)")
+# Per route name: the body it takes, and the route itself (its template labels the metrics).
+_BODIES: dict[str, type[ClassifyInput | ClassifyCollectionInput]] = {
+    "classify": ClassifyInput,
+    "classify_collection": ClassifyCollectionInput,
+}
+_ROUTES = {
+    name: next(r for r in classify.router.routes if getattr(r, "name", None) == name) for name in _BODIES
+}
+
+
+class FastClassify:
+    """Pure ASGI middleware; see the module docstring."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or not (match := _PATH.fullmatch(scope["path"]))
+        ):
+            await self.app(scope, receive, send)
+            return
+        settings: Settings = scope["app"].state.settings
+        headers = dict(reversed(scope["headers"]))  # the first of repeated headers, as Starlette
+        declared = headers.get(b"content-length", b"")
+        if not declared.isdigit() or int(declared) > settings.max_json_bytes or not _is_json(headers):
+            await self.app(scope, receive, send)
+            return
+        first = await receive()
+        whole = first["type"] == "http.request" and not first.get("more_body", False)
+        name = match[2]
+        reply = await self._answer(scope, match[1], name, headers, first.get("body", b"")) if whole else None
+        if reply is None:
+            await self.app(scope, _replay(first, receive), send)
+            return
+        scope["route"] = _ROUTES[name]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(reply))],
+            }
+        )
+        await send({"type": "http.response.body", "body": reply})
+
+    async def _answer(
+        self, scope: Scope, classifier_id: str, name: str, headers: dict[bytes, bytes], raw: bytes
+    ) -> bytes | None:
+        state = scope["app"].state
+        settings: Settings = state.settings
+        try:
+            body = _BODIES[name].model_validate_json(raw)
+            texts = classify.texts_of(body, settings)
+            key = presented_key(_header(headers, b"authorization"), _header(headers, b"x-api-key"))
+        except (ValidationError, TaasError):
+            return None
+        lookups: LookupCache = state.lookups
+        found = lookups.get(hash_key(key), classifier_id) if key else None
+        if found is None or found.classifier is None or found.classifier.model_dir is None:
+            return None
+        store: ArtifactStore = state.store
+        models: ModelCache = state.models
+        model = models.peek(classifier_id, store.resolve(found.classifier.model_dir))
+        if model is None:
+            return None
+        limiter: RateLimiter = state.limiter
+        rps = settings.quota_classify_rps if found.classify_rps is None else found.classify_rps
+        try:
+            if not limiter.acquire_nowait("classify_rps", found.tenant_id, rps):
+                # This replica's lease ran out: take the next one from Redis off the loop. A
+                # refusal charges nothing, so the route may ask again to answer it.
+                await to_thread.run_sync(
+                    limiter.acquire, "classify_rps", found.tenant_id, rps, limiter=models.threads
+                )
+        except TaasError:
+            return None
+        scores = await models.inference.classify(model, texts)
+        return classify.reply_json(Request(scope), classifier_id, body, texts, scores)
+
+
+def _is_json(headers: dict[bytes, bytes]) -> bool:
+    return headers.get(b"content-type", b"").partition(b";")[0].strip().lower() == b"application/json"
+
+
+def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
+    value = headers.get(name)
+    return None if value is None else value.decode("latin-1")
+
+
+def _replay(first: Message, receive: Receive) -> Receive:
+    """``receive`` with the message already taken put back in front."""
+    replayed = False
+
+    async def replaying() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return first
+
+    return replaying

@@ -1,0 +1,108 @@
+"""The inference batcher: concurrent calls share model calls and get exactly their own scores."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from service.batching import InferenceBatcher
+from trainer.inference import LoadedModel
+
+TEXTS = ["is it going to rain tomorrow", "how warm is it", "will it snow tonight", "sunny today?"]
+
+
+class _Counting(LoadedModel):
+    """The real model, counting its classify calls and the texts in each."""
+
+    calls: list[int]
+
+    def classify(self, texts):  # type: ignore[no-untyped-def]
+        self.calls.append(len(texts))
+        return super().classify(texts)
+
+
+def _counting(tiny_model: Path) -> _Counting:
+    loaded = LoadedModel.load(tiny_model)
+    model = _Counting(loaded.labels, loaded.featurizer, loaded.model)
+    model.calls = []
+    return model
+
+
+def test_concurrent_calls_are_batched_and_answered_alike(tiny_model: Path) -> None:
+    model = _counting(tiny_model)
+    alone = [model.classify([text])[0] for text in TEXTS]
+    model.calls.clear()
+    batcher = InferenceBatcher(1)
+
+    async def many() -> list[list[list[tuple[str, float]]]]:
+        return await asyncio.gather(*(batcher.classify(model, [t]) for t in TEXTS * 50))
+
+    try:
+        results = asyncio.run(many())
+    finally:
+        batcher.close()
+    for text_scores, expected in zip(results, alone * 50, strict=True):
+        [scores] = text_scores
+        assert [name for name, _ in scores] == [name for name, _ in expected]
+        assert [c for _, c in scores] == pytest.approx([c for _, c in expected], abs=1e-6)
+    assert sum(model.calls) == 200
+    assert len(model.calls) < 200, f"no call was batched: {model.calls[:10]}..."
+
+
+def test_calls_on_different_models_do_not_mix(tiny_model: Path) -> None:
+    first, second = _counting(tiny_model), _counting(tiny_model)
+    second.labels = [f"other-{label}" for label in second.labels]
+    batcher = InferenceBatcher(2)
+
+    async def both() -> list[list[list[tuple[str, float]]]]:
+        return await asyncio.gather(*(batcher.classify(m, TEXTS) for m in (first, second) * 10))
+
+    try:
+        results = asyncio.run(both())
+    finally:
+        batcher.close()
+    for n, per_text in enumerate(results):
+        prefix = "other-" if n % 2 else ""
+        assert len(per_text) == len(TEXTS)
+        assert all(name.startswith(prefix) for scores in per_text for name, _ in scores)
+
+
+def test_a_failing_model_fails_only_its_own_callers(tiny_model: Path) -> None:
+    good = _counting(tiny_model)
+
+    class _Broken(_Counting):
+        def classify(self, texts):  # type: ignore[no-untyped-def]
+            raise RuntimeError("weights on fire")
+
+    broken = _Broken(good.labels, good.featurizer, good.model)
+    batcher = InferenceBatcher(1)
+
+    async def mixed() -> list[object]:
+        calls = [batcher.classify(m, TEXTS[:1]) for m in (good, broken) * 5]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    try:
+        outcomes = asyncio.run(mixed())
+    finally:
+        batcher.close()
+    assert all(isinstance(o, list) for o in outcomes[::2])
+    assert all(isinstance(o, RuntimeError) and "on fire" in str(o) for o in outcomes[1::2])
+
+
+def test_a_caller_that_goes_away_does_not_disturb_the_others(tiny_model: Path) -> None:
+    model = _counting(tiny_model)
+    batcher = InferenceBatcher(1)
+
+    async def one_cancelled() -> list[object]:
+        calls = [asyncio.ensure_future(batcher.classify(model, TEXTS)) for _ in range(5)]
+        calls[0].cancel()
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    try:
+        outcomes = asyncio.run(one_cancelled())
+    finally:
+        batcher.close()
+    assert isinstance(outcomes[0], asyncio.CancelledError)
+    assert all(isinstance(o, list) and len(o) == len(TEXTS) for o in outcomes[1:])

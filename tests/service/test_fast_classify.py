@@ -1,0 +1,200 @@
+"""Classify from memory (lookup cache + lean ASGI path) answers exactly as the route, asks the
+database nothing, and sees every revocation, quota change and deletion at once, on every replica."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
+from sqlalchemy import event
+
+from service.api import fast_classify
+from service.api.schemas import Classification, ClassificationCollection
+from service.app import create_app
+from service.settings import Settings
+
+TEXT = {"text": "is it going to rain"}
+
+
+@pytest.fixture
+def warm(client: TestClient, app: FastAPI, wait_until: Callable[..., Any]) -> Callable[[str, Any], dict]:
+    """``warm(classifier_id, tenant)``: classify once through the route (which fills the lookup
+    cache and loads the model) and return its reply."""
+
+    def fill(classifier_id: str, tenant: Any) -> dict:
+        wait_until(app.state.lookups.usable, message="the invalidation listener subscribed")
+        reply = client.post(f"/v1/classifiers/{classifier_id}/classify", json=TEXT, headers=tenant.headers)
+        assert reply.status_code == 200, reply.text
+        assert len(app.state.lookups) == 1
+        return reply.json()
+
+    return fill
+
+
+@pytest.fixture
+def statements(app: FastAPI, client: TestClient) -> Iterator[list[str]]:
+    """The SQL statements the app runs from now on."""
+    seen: list[str] = []
+    engine = app.state.sessions.kw["bind"]
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(engine, "before_cursor_execute", record)
+
+
+COLLECTION = {"collection": [{"text": "rain?"}, {"text": "how warm is it"}, {"text": "snow"}]}
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "reply_model"),
+    [("classify", TEXT, Classification), ("classify_collection", COLLECTION, ClassificationCollection)],
+)
+def test_a_cached_call_asks_the_database_nothing_and_answers_as_the_route(
+    client: TestClient,
+    tenant: Any,
+    available: str,
+    warm: Callable[..., dict],
+    statements: list[str],
+    route: str,
+    body: dict,
+    reply_model: type[BaseModel],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    warm(available, tenant)
+    url = f"/v1/classifiers/{available}/{route}"
+    only_the_route = {**tenant.headers, "Content-Type": "application/vnd.taas+json"}  # FastAPI: JSON
+    by_route = client.post(url, json=body, headers=only_the_route)
+    statements.clear()
+    handed_over: list[object] = []
+    monkeypatch.setattr(fast_classify, "_replay", lambda *args: handed_over.append(args))
+
+    cached = client.post(url, json=body, headers=tenant.headers)
+
+    assert cached.status_code == 200
+    assert statements == [] and handed_over == [], "answered from memory"
+    assert cached.json() == by_route.json()
+    reply_model.model_validate(cached.json())  # the documented response model
+    samples = {
+        (s.labels.get("route"), s.labels.get("status")): s.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for s in family.samples
+        if s.name == "taas_http_requests_total"
+    }
+    assert samples[(f"/v1/classifiers/{{classifier_id}}/{route}", "200")] == (3 if route == "classify" else 2)
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status"),
+    [
+        ({"text": "   "}, {}, 400),  # NLC: text must not be empty
+        ({"text": "x" * 2000}, {}, 400),  # over max_text_chars
+        ({"txt": "rain"}, {}, 400),
+        (None, {"content-type": "text/plain"}, 400),
+        (None, {"Authorization": "Bearer taas_not-a-key"}, 401),
+        (None, {"Authorization": "Digest x"}, 401),
+        ({"collection": [{"text": "rain"}]}, {}, 400),  # a collection body sent to classify
+    ],
+)
+def test_what_memory_cannot_answer_gets_the_routes_answer(
+    client: TestClient,
+    tenant: Any,
+    available: str,
+    warm: Callable[..., dict],
+    body: dict | None,
+    headers: dict[str, str],
+    status: int,
+) -> None:
+    warm(available, tenant)
+    url = f"/v1/classifiers/{available}/classify"
+    sent = {**tenant.headers, **headers}
+    if body is None and "content-type" in headers:
+        reply = client.post(url, content=b'{"text": "rain"}', headers=sent)
+    else:
+        reply = client.post(url, json=TEXT if body is None else body, headers=sent)
+    assert reply.status_code == status, reply.text
+
+
+def test_another_tenants_cached_classifier_is_still_404(
+    client: TestClient,
+    tenant: Any,
+    tenant_factory: Callable[..., Any],
+    available: str,
+    warm: Callable[..., dict],
+) -> None:
+    warm(available, tenant)
+    other = tenant_factory()
+    reply = client.post(f"/v1/classifiers/{available}/classify", json=TEXT, headers=other.headers)
+    assert reply.status_code == 404
+
+
+def test_the_rate_holds_on_a_warm_cache(
+    client: TestClient, tenant: Any, admin_headers: dict[str, str], available: str, warm: Callable[..., dict]
+) -> None:
+    warm(available, tenant)
+    client.patch(f"/v1/admin/tenants/{tenant.id}/quotas", json={"classify_rps": 1}, headers=admin_headers)
+    url = f"/v1/classifiers/{available}/classify"
+    codes = [client.post(url, json=TEXT, headers=tenant.headers).status_code for _ in range(4)]
+    assert codes[0] == 200 and codes[-1] == 429  # the burst (2 s of rate, less what warm took), then no
+    client.patch(f"/v1/admin/tenants/{tenant.id}/quotas", json={"classify_rps": 0}, headers=admin_headers)
+    assert client.post(url, json=TEXT, headers=tenant.headers).status_code == 403
+
+
+def test_a_deleted_classifier_is_404_at_once(
+    client: TestClient, tenant: Any, available: str, warm: Callable[..., dict]
+) -> None:
+    warm(available, tenant)
+    assert client.delete(f"/v1/classifiers/{available}", headers=tenant.headers).status_code == 200
+    reply = client.post(f"/v1/classifiers/{available}/classify", json=TEXT, headers=tenant.headers)
+    assert reply.status_code == 404
+
+
+@pytest.fixture
+def replica(settings: Settings) -> Iterator[TestClient]:
+    """A second API process on the same database and Redis."""
+    with TestClient(create_app(settings)) as second:
+        yield second
+
+
+@pytest.mark.parametrize("change", ["revoke", "rotate", "quota", "delete"])
+def test_a_change_made_on_one_replica_reaches_the_others_warm_cache(
+    client: TestClient,
+    replica: TestClient,
+    tenant: Any,
+    admin_headers: dict[str, str],
+    available: str,
+    wait_until: Callable[..., Any],
+    change: str,
+) -> None:
+    url = f"/v1/classifiers/{available}/classify"
+    lookups = replica.app.state.lookups  # type: ignore[attr-defined]
+    wait_until(lookups.usable, message="the replica's listener subscribed")
+    for _ in range(2):
+        assert replica.post(url, json=TEXT, headers=tenant.headers).status_code == 200
+    assert len(lookups) == 1
+
+    admin = f"/v1/admin/tenants/{tenant.id}"
+    if change == "revoke":
+        key_id = client.get("/v1/admin/tenants", headers=admin_headers).json()["tenants"]
+        key_id = next(t for t in key_id if t["tenant_id"] == tenant.id)["keys"][0]["key_id"]
+        client.delete(f"{admin}/keys/{key_id}", headers=admin_headers).raise_for_status()
+        expected = 401
+    elif change == "rotate":
+        client.post(f"{admin}/keys", json={"revoke_others": True}, headers=admin_headers).raise_for_status()
+        expected = 401
+    elif change == "quota":
+        client.patch(f"{admin}/quotas", json={"classify_rps": 0}, headers=admin_headers).raise_for_status()
+        expected = 403
+    else:
+        client.delete(f"/v1/classifiers/{available}", headers=tenant.headers).raise_for_status()
+        expected = 404
+
+    wait_until(lambda: len(lookups) == 0, timeout=2, message="the replica heard of the change")
+    assert replica.post(url, json=TEXT, headers=tenant.headers).status_code == expected

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from service import ops, serving
 from service.api import errors
 from service.api.fast_classify import FastClassify
-from service.api.routes import admin, classifiers, classify, datasets, webhooks
+from service.api.routes import admin, bundles, classifiers, classify, datasets, webhooks
 from service.api.uploads import BodyLimit
 from service.db import make_engine, session_factory
 from service.invalidation import Invalidations
@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upload_paths=("/v1/classifiers", "/v1/datasets"),
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for module in (classifiers, classify, datasets, webhooks, admin):
+    for module in (classifiers, classify, bundles, datasets, webhooks, admin):
         app.include_router(module.router)
     ops.install(app)
     return app

@@ -3,7 +3,7 @@
 =================  ===========================================  ===========================
 quota              counts                                       checked when
 =================  ===========================================  ===========================
-``classifiers``    the tenant's classifiers                     a classifier is created
+``classifiers``    the tenant's classifiers                     a classifier is added
 ``training_jobs``  its jobs that are queued or training         a classifier is created
 ``dataset_bytes``  bytes of its stored canonical CSVs           a dataset is stored (either
 ``dataset_rows``   rows of its stored canonical CSVs            kind: upload or NLC create)
@@ -134,6 +134,13 @@ def check_can_create_classifier(
     _check("training_jobs", quotas.training_jobs, held.training_jobs, 1)
     if dataset_bytes or dataset_rows:
         _check_data(quotas, held, dataset_bytes, dataset_rows)
+
+
+def check_can_import_classifier(session: Session, settings: Settings, tenant_id: str) -> None:
+    """Raise QuotaExceeded unless the tenant may add one (trained, imported) classifier. Locks
+    the tenant's row, as :func:`check_can_create_classifier`."""
+    quotas, held = _locked(session, settings, tenant_id)
+    _check("classifiers", quotas.classifiers, held.classifiers, 1)
 
 
 def check_can_store_dataset(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,9 +101,12 @@ class LoadedModel:
         """Load a model directory written by save_model.
 
         Raises CheckpointCorrupt when a file is missing, its checksum differs from model.json,
-        or its contents do not match the recorded shapes.
+        or its contents do not match the recorded shapes. ``model_dir`` may also be a bundle
+        file (:mod:`trainer.bundle`; BundleInvalid if it does not check out).
         """
         model_dir = Path(model_dir)
+        if model_dir.is_file():
+            return cls._load_bundle(model_dir)
         meta = read_metadata(model_dir)
         try:
             payload = (model_dir / WEIGHTS_FILE).read_bytes()
@@ -127,6 +131,14 @@ class LoadedModel:
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointCorrupt(f"{model_dir}: model files do not fit together: {exc}") from exc
         return cls(list(meta["labels"]), featurizer, model)
+
+    @classmethod
+    def _load_bundle(cls, bundle: Path) -> LoadedModel:
+        from trainer.bundle import extract_bundle  # the bundle format builds on this module's
+
+        with tempfile.TemporaryDirectory(prefix="taas-bundle-") as unpacked:
+            extract_bundle(bundle, Path(unpacked))
+            return cls.load(Path(unpacked))  # read whole into memory: the folder can go
 
     def probabilities(self, texts: Sequence[str]) -> np.ndarray:
         """Class probabilities (texts x labels, float64, rows sum to 1) in label order."""

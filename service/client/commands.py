@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
-from service.client import config
+from service.client import config, offline
 from service.client.api import Api, ClientError
 
 P = ParamSpec("P")
@@ -127,11 +127,25 @@ def train(
 
 @_one_line_errors
 def classify(
-    classifier_id: str = typer.Argument(..., metavar="ID"),
+    classifier_id: str = typer.Argument(..., metavar="ID|BUNDLE", help="A classifier id, or a bundle file."),
     texts: list[str] = typer.Argument(..., metavar="TEXT...", help="One or more texts."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Classify each TEXT with the classifier ID."""
+    """Classify each TEXT with the classifier ID, or offline with a model bundle file (a path
+    instead of an ID: see GET /v1/classifiers/{id}/bundle)."""
+    if offline.is_bundle(classifier_id):
+        results = offline.classify(Path(classifier_id), texts)
+    else:
+        results = _classify_online(classifier_id, texts)
+    if as_json:
+        return _print_json(results)
+    table = _table("text", "top class", "confidence")
+    for result in results:
+        table.add_row(result["text"], result["top_class"], f"{result['classes'][0]['confidence']:.3f}")
+    out.print(table)
+
+
+def _classify_online(classifier_id: str, texts: list[str]) -> list[dict[str, Any]]:
     with _api() as api:
         path = f"/v1/classifiers/{classifier_id}"
         if len(texts) == 1:
@@ -141,12 +155,7 @@ def classify(
             results = api.call("POST", f"{path}/classify_collection", json={"collection": collection})[
                 "collection"
             ]
-    if as_json:
-        return _print_json(results)
-    table = _table("text", "top class", "confidence")
-    for result in results:
-        table.add_row(result["text"], result["top_class"], f"{result['classes'][0]['confidence']:.3f}")
-    out.print(table)
+    return list(results)
 
 
 @classifiers.command("list")

@@ -9,6 +9,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import Result
 
@@ -52,6 +53,22 @@ def test_admin_and_tenant_work_through_the_client(
     assert one[0]["top_class"] == "flights"  # type: ignore[index]
     table = taas("classify", classifier_id, "book a flight to rome", "play some jazz in rome")
     assert table.exit_code == 0 and "flights" in table.stdout and "music" in table.stdout
+    # and offline, from the classifier's bundle: the same answer without the service
+    bundle = tmp_path / "intents.taas"
+    exported = httpx.get(
+        f"{url}/v1/classifiers/{classifier_id}/bundle", headers={"X-API-Key": created["api_key"]}
+    )
+    bundle.write_bytes(exported.raise_for_status().content)
+    offline = _json(taas("classify", str(bundle), "book a flight to rome", "--json"))
+    assert offline[0]["top_class"] == one[0]["top_class"]  # type: ignore[index]
+    assert offline[0]["classes"][0]["confidence"] == pytest.approx(
+        one[0]["classes"][0]["confidence"], abs=1e-6
+    )  # type: ignore[index]
+    (tmp_path / "junk.taas").write_bytes(b"not a bundle")
+    junk = taas("classify", str(tmp_path / "junk.taas"), "hello")
+    assert (
+        junk.exit_code == 1 and junk.stderr.count("\n") == 1 and "not a complete taas bundle" in junk.stderr
+    )
     # classifiers: list, show, cancel (not training: a readable 409), delete
     assert [c["name"] for c in _json(taas("classifiers", "list", "--json"))] == ["cli-intents"]  # type: ignore[union-attr]
     assert "Available" in taas("classifiers", "show", classifier_id).stdout

@@ -33,6 +33,7 @@ ID_ROUTES = [
     ("POST", "/v1/classifiers/{classifier_id}/cancel"),
     ("POST", "/v1/classifiers/{classifier_id}/resume"),
     ("GET", "/v1/classifiers/{classifier_id}/events"),
+    ("GET", "/v1/classifiers/{classifier_id}/bundle"),
     ("GET", "/v1/datasets/{dataset_id}"),
     ("DELETE", "/v1/datasets/{dataset_id}"),
 ]

@@ -1,0 +1,63 @@
+"""Portable model bundles (extension): export a classifier's model, import one as a new classifier."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi.responses import FileResponse
+from starlette.concurrency import run_in_threadpool
+
+from service import bundles
+from service.api.deps import ClassifierDep, SessionDep, SettingsDep, StoreDep, TenantDep
+from service.api.routes.classifiers import base_url
+from service.api.schemas import ClassifierInfo
+from service.api.uploads import RAW_BODY, read_upload
+from service.errors import BadRequest
+from service.models import utcnow
+
+router = APIRouter(prefix="/v1/classifiers", tags=["bundles"])
+_MEDIA_TYPE = "application/gzip"
+
+
+@router.get(
+    "/{classifier_id}/bundle",
+    response_class=FileResponse,
+    responses={200: {"content": {_MEDIA_TYPE: {}}, "description": "The model as a bundle."}},
+)
+def export_bundle(classifier: ClassifierDep, store: StoreDep, cleanup: BackgroundTasks) -> FileResponse:
+    """The classifier's model as one portable archive (``taas-model-bundle/1``); 409 unless Available."""
+    path = store.temp_path(".taas")
+    cleanup.add_task(path.unlink, missing_ok=True)
+    with path.open("wb") as out:
+        bundles.export(store, classifier, out)
+    return FileResponse(path, media_type=_MEDIA_TYPE, filename=f"{classifier.id}.taas")
+
+
+@router.post("/import", response_model=ClassifierInfo, status_code=201)
+async def import_bundle(
+    request: Request, tenant: TenantDep, session: SessionDep, settings: SettingsDep, store: StoreDep
+) -> ClassifierInfo:
+    """A new Available classifier from a bundle: multipart part ``bundle`` (with optional
+    ``name`` and ``language`` fields) or the raw body; 400 naming the problem of a bad bundle."""
+    upload = await read_upload(request, store, settings.max_upload_bytes, frozenset({bundles.BUNDLE_FIELD}))
+    try:
+        source = upload.files.get(bundles.BUNDLE_FIELD) or upload.files.get(RAW_BODY)
+        if source is None:
+            raise BadRequest(
+                bundles.BUNDLE_FIELD, "no bundle: send a 'bundle' part or the bundle as the body"
+            )
+        fields = {k: v.decode("utf-8", "replace") for k, v in upload.fields.items()}
+        classifier = await run_in_threadpool(
+            lambda: bundles.import_bundle(
+                session,
+                store,
+                settings,
+                tenant_id=tenant.id,
+                bundle=source,
+                name=fields.get("name", request.query_params.get("name")),
+                language=fields.get("language", request.query_params.get("language")),
+                now=utcnow(),
+            )
+        )
+    finally:
+        upload.discard()
+    return ClassifierInfo.build_info(classifier, None, base_url(request))

@@ -1,0 +1,102 @@
+"""Portable model bundles through the API: export a classifier's model, import one as a tenant's
+new, Available classifier (the format and its checks: :mod:`trainer.bundle`).
+
+An import checks the whole bundle and loads the model before anything is kept: a tampered,
+truncated, oversized or unloadable bundle is a 400 naming the problem, with no row and no file
+left behind. The imported classifier has no dataset and no training job; its metrics are the
+ones the exporting installation measured.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+from sqlalchemy.orm import Session
+
+from service import datasets, jobs, quotas, status_events
+from service.classifiers import check_language
+from service.errors import BadRequest, Conflict
+from service.models import Classifier, ClassifierStatus
+from service.settings import Settings
+from service.store import ArtifactStore
+from trainer.bundle import BundleInvalid, extract_bundle, write_bundle
+from trainer.errors import CheckpointCorrupt
+from trainer.inference import LoadedModel
+
+BUNDLE_FIELD = "bundle"
+IMPORTED = "imported"  # the model folder of an imported classifier, under its model dir
+
+
+def export(store: ArtifactStore, classifier: Classifier, out: IO[bytes]) -> None:
+    """Write the classifier's model to ``out`` as a bundle; Conflict unless it is Available."""
+    if classifier.status != ClassifierStatus.AVAILABLE.value or not classifier.model_dir:
+        raise Conflict(
+            f"classifier '{classifier.id}' is {classifier.status}; a bundle needs status Available"
+        )
+    model_dir = store.fetch(store.resolve(classifier.model_dir), folder=True)
+    about = {"name": classifier.name, "language": classifier.language, "classifier_id": classifier.id}
+    write_bundle(model_dir, out, about=about)
+
+
+def import_bundle(
+    session: Session,
+    store: ArtifactStore,
+    settings: Settings,
+    *,
+    tenant_id: str,
+    bundle: Path,
+    name: str | None,
+    language: str | None,
+    now: datetime,
+) -> Classifier:
+    """Add the bundle's model as a new Available classifier of ``tenant_id`` (commits). ``name``
+    and ``language`` default to the exporter's. BadRequest on a bad bundle, QuotaExceeded."""
+    staging = store.temp_path(".bundle")
+    try:
+        try:
+            extracted = extract_bundle(bundle, staging, max_bytes=settings.max_upload_bytes)
+            LoadedModel.load(staging)  # its tensors load and fit its configs
+        except (BundleInvalid, CheckpointCorrupt) as exc:
+            raise BadRequest(BUNDLE_FIELD, str(exc)) from None
+        about = extracted.about
+        classifier = Classifier(
+            tenant_id=tenant_id,
+            name=datasets.check_name(
+                about.get("name") if name is None else name, "name", settings.max_name_chars
+            ),
+            language=check_language(about.get("language", "en") if language is None else language),
+            status=ClassifierStatus.AVAILABLE.value,
+            status_description=jobs.AVAILABLE_DESCRIPTION,
+            metrics=extracted.meta.get("metrics"),
+            created_at=now,
+            updated_at=now,
+        )
+        quotas.check_can_import_classifier(session, settings, tenant_id)
+        _add(session, store, classifier, staging, now=now)
+        return classifier
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _add(
+    session: Session, store: ArtifactStore, classifier: Classifier, staging: Path, *, now: datetime
+) -> None:
+    """Commit ``classifier`` with the model in ``staging`` as its model folder, and its event."""
+    tenant_id = classifier.tenant_id
+    session.add(classifier)
+    session.flush()
+    model_dir = store.model_dir(tenant_id, classifier.id) / IMPORTED
+    try:
+        model_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(staging, model_dir)
+        store.publish(model_dir)  # stored for every node before the row names it
+        classifier.model_dir = store.relative(model_dir)
+        status_events.record_created(session, classifier, callback_url=None, now=now)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        store.delete_classifier(tenant_id, classifier.id)
+        raise

@@ -1,0 +1,144 @@
+"""Bundles through the API: a classifier exported by one tenant and imported by another classifies
+identically; bad bundles are 400s naming the problem, with nothing left behind."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+from service.store import ArtifactStore
+
+TEXTS = ["is it going to rain", "how warm is it tomorrow", "snow?"]
+
+
+def _export(client: TestClient, classifier_id: str, tenant: Any) -> bytes:
+    reply = client.get(f"/v1/classifiers/{classifier_id}/bundle", headers=tenant.headers)
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"] == "application/gzip"
+    return reply.content
+
+
+def _import(client: TestClient, tenant: Any, bundle: bytes, **fields: str) -> Any:
+    files = {"bundle": ("model.taas", bundle, "application/gzip")}
+    return client.post("/v1/classifiers/import", files=files, data=fields, headers=tenant.headers)
+
+
+def _classes(client: TestClient, classifier_id: str, tenant: Any) -> list[list[tuple[str, float]]]:
+    body = {"collection": [{"text": t} for t in TEXTS]}
+    reply = client.post(
+        f"/v1/classifiers/{classifier_id}/classify_collection", json=body, headers=tenant.headers
+    )
+    assert reply.status_code == 200, reply.text
+    return [[(c["class_name"], c["confidence"]) for c in r["classes"]] for r in reply.json()["collection"]]
+
+
+def test_an_imported_bundle_classifies_as_the_exported_classifier(
+    client: TestClient, tenant: Any, tenant_factory: Callable[..., Any], available: str
+) -> None:
+    other = tenant_factory()
+    imported = _import(client, other, _export(client, available, tenant))
+
+    assert imported.status_code == 201, imported.text
+    info = imported.json()
+    assert info["status"] == "Available" and info["name"] == "weather" and info["language"] == "en"
+    assert info["metrics"]["accuracy"] is not None
+    theirs, ours = _classes(client, available, tenant), _classes(client, info["classifier_id"], other)
+    for a, b in zip(theirs, ours, strict=True):
+        assert [n for n, _ in a] == [n for n, _ in b]
+        assert [c for _, c in a] == pytest.approx([c for _, c in b], abs=1e-6)
+    renamed = _import(client, other, _export(client, available, tenant), name="copy", language="de")
+    assert (renamed.json()["name"], renamed.json()["language"]) == ("copy", "de")
+    events = client.get(f"/v1/classifiers/{info['classifier_id']}/events", headers=other.headers).json()
+    assert [(e["previous_status"], e["status"]) for e in events["status_events"]] == [
+        ("Non Existent", "Available")
+    ]
+
+
+def test_a_classifier_still_training_has_no_bundle(
+    client: TestClient, tenant: Any, create_classifier: Callable[..., Any]
+) -> None:
+    cid = create_classifier(tenant).json()["classifier_id"]
+    reply = client.get(f"/v1/classifiers/{cid}/bundle", headers=tenant.headers)
+    assert reply.status_code == 409
+    assert "needs status Available" in reply.json()["description"]
+
+
+def _tampered(bundle: bytes) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
+    weights = bytearray(members["weights.pt"])
+    weights[-100] ^= 0x01
+    members["weights.pt"] = bytes(weights)
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb") as packed, tarfile.open(fileobj=packed, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("spoil", "problem"),
+    [
+        (_tampered, "weights.pt does not match its SHA-256"),
+        (lambda b: b[: len(b) // 2], "not a complete taas bundle"),
+        (lambda b: b"not a bundle at all", "not a complete taas bundle"),
+    ],
+)
+def test_a_bad_bundle_is_400_naming_the_problem_and_leaves_nothing(
+    client: TestClient,
+    tenant: Any,
+    tenant_factory: Callable[..., Any],
+    available: str,
+    store: ArtifactStore,
+    spoil: Callable[[bytes], bytes],
+    problem: str,
+) -> None:
+    other = tenant_factory()
+    reply = _import(client, other, spoil(_export(client, available, tenant)))
+    assert reply.status_code == 400
+    assert reply.json()["description"].startswith("bundle: ") and problem in reply.json()["description"]
+    assert client.get("/v1/classifiers", headers=other.headers).json()["classifiers"] == []
+    left = [p for p in (store.root / "tenants" / other.id).rglob("*") if p.is_file()]
+    staged = [p for p in (store.root / "tmp").rglob("*") if p.is_file()]
+    assert left == staged == [], "files left behind"
+
+
+def test_an_import_needs_a_bundle_a_good_name_and_a_free_classifier_quota(
+    client: TestClient,
+    tenant: Any,
+    tenant_factory: Callable[..., Any],
+    admin_headers: dict[str, str],
+    available: str,
+) -> None:
+    other = tenant_factory()
+    bundle = _export(client, available, tenant)
+    empty = client.post("/v1/classifiers/import", files={"x": ("x", b"1")}, headers=other.headers)
+    assert empty.status_code == 400 and "no bundle" in empty.json()["description"]
+    assert _import(client, other, bundle, language="xx").status_code == 400
+    assert _import(client, other, bundle, name=" ").status_code == 400
+    client.patch(f"/v1/admin/tenants/{other.id}/quotas", json={"classifiers": 0}, headers=admin_headers)
+    refused = _import(client, other, bundle)
+    assert refused.status_code == 403 and "classifiers" in refused.json()["description"]
+
+
+def test_a_bundle_over_the_upload_limit_is_413(
+    settings_factory: Callable[..., Settings], tenant: Any, available: str, client: TestClient
+) -> None:
+    bundle = _export(client, available, tenant)
+    with TestClient(create_app(settings_factory(max_upload_bytes=len(bundle) // 2))) as small:
+        reply = small.post(
+            "/v1/classifiers/import",
+            content=bundle,
+            headers={**tenant.headers, "Content-Type": "application/gzip"},
+        )
+    assert reply.status_code == 413

@@ -1,0 +1,136 @@
+"""Model bundles: a round trip classifies identically, and every kind of bad archive is refused
+by name with nothing written."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from synthetic import synthetic_data
+
+from trainer.bundle import MANIFEST, BundleInvalid, extract_bundle, write_bundle
+from trainer.engine import train
+from trainer.hparams import HParams
+from trainer.inference import META_FILE, WEIGHTS_FILE, LoadedModel
+
+TEXTS = ["is it going to rain", "play a jazz song", "book a table for two", "çà et là 🙂"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bundle-model")
+    hparams = HParams(batch_size=4, min_updates=60, max_epochs=2, embedding_dim=8, validation_fraction=0.2)
+    train(synthetic_data(10), workdir=root / "w", out_dir=root / "m", hparams=hparams)
+    return root / "m"
+
+
+@pytest.fixture
+def bundle(model_dir: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "model.taas"
+    with path.open("wb") as out:
+        write_bundle(model_dir, out)
+    return path
+
+
+def test_a_bundle_classifies_exactly_as_its_model_directory(model_dir: Path, bundle: Path) -> None:
+    assert LoadedModel.load(bundle).classify(TEXTS) == LoadedModel.load(model_dir).classify(TEXTS)
+
+
+def test_one_model_always_gives_the_same_bundle(model_dir: Path, bundle: Path, tmp_path: Path) -> None:
+    again = io.BytesIO()
+    write_bundle(model_dir, again)
+    assert again.getvalue() == bundle.read_bytes()
+
+
+def test_extract_writes_the_model_directory_and_returns_its_metadata(model_dir: Path, tmp_path: Path) -> None:
+    bundle = tmp_path / "about.taas"
+    with bundle.open("wb") as out:
+        write_bundle(model_dir, out, about={"name": "weather", "language": "en"})
+    extracted = extract_bundle(bundle, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([META_FILE, WEIGHTS_FILE])
+    assert extracted.meta["labels"] == ["booking", "music", "weather"]
+    assert "hparams" in extracted.meta and "metrics" in extracted.meta
+    assert extracted.about == {"name": "weather", "language": "en"}
+
+
+def _rewrite(bundle: Path, change: Callable[[dict[str, bytes]], dict[str, bytes]]) -> None:
+    """Re-pack ``bundle`` with its members (name -> bytes) passed through ``change``."""
+    with tarfile.open(bundle, "r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
+    with gzip.open(bundle, "wb") as packed, tarfile.open(fileobj=packed, mode="w") as tar:
+        for name, data in change(members).items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _flip_weights(members: dict[str, bytes]) -> dict[str, bytes]:
+    weights = bytearray(members[WEIGHTS_FILE])
+    weights[len(weights) // 2] ^= 0xFF
+    return {**members, WEIGHTS_FILE: bytes(weights)}
+
+
+def _forged_manifest(members: dict[str, bytes]) -> dict[str, bytes]:
+    manifest = json.loads(members[MANIFEST])
+    manifest["format"] = "something-else/9"
+    return {**members, MANIFEST: json.dumps(manifest).encode()}
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (_flip_weights, "weights.pt does not match its SHA-256"),
+        (lambda m: {**m, META_FILE: m[META_FILE] + b" "}, "model.json does not match its SHA-256"),
+        (lambda m: {k: v for k, v in m.items() if k != WEIGHTS_FILE}, "lacks weights.pt"),
+        (lambda m: {**m, "../../etc/cron.d/x": b"boom"}, "unexpected member '../../etc/cron.d/x'"),
+        (_forged_manifest, "manifest.json is not a taas bundle manifest"),
+        (lambda m: {**m, MANIFEST: b"{not json"}, "manifest.json is not a taas bundle manifest"),
+    ],
+)
+def test_an_altered_bundle_is_refused_by_name_and_nothing_is_written(
+    bundle: Path, tmp_path: Path, change: Callable[[dict[str, bytes]], dict[str, bytes]], problem: str
+) -> None:
+    _rewrite(bundle, change)
+    with pytest.raises(BundleInvalid, match=problem.replace(".", r"\.").replace("(", r"\(")):
+        extract_bundle(bundle, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_link_member_is_refused(bundle: Path, tmp_path: Path) -> None:
+    with gzip.open(bundle, "wb") as packed, tarfile.open(fileobj=packed, mode="w") as tar:
+        link = tarfile.TarInfo(WEIGHTS_FILE)
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    with pytest.raises(BundleInvalid, match="not a regular file|only the regular files"):
+        extract_bundle(bundle, tmp_path / "out")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.95])
+def test_a_truncated_bundle_is_refused(bundle: Path, tmp_path: Path, keep: float) -> None:
+    data = bundle.read_bytes()
+    bundle.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(BundleInvalid, match="not a complete taas bundle"):
+        extract_bundle(bundle, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_that_is_no_archive_is_refused(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.taas"
+    junk.write_bytes(b"PK\x03\x04 definitely not a gzip'd tar")
+    with pytest.raises(BundleInvalid, match="not a complete taas bundle"):
+        LoadedModel.load(junk)
+
+
+def test_an_oversized_bundle_is_refused_before_and_after_decompression(bundle: Path, tmp_path: Path) -> None:
+    size = bundle.stat().st_size
+    with pytest.raises(BundleInvalid, match=f"the bundle is {size} bytes; the limit is {size - 1}"):
+        extract_bundle(bundle, tmp_path / "out", max_bytes=size - 1)
+    # compressible content: small on disk, over the limit once unpacked
+    _rewrite(bundle, lambda m: {**m, WEIGHTS_FILE: bytes(4 * size)})
+    with pytest.raises(BundleInvalid, match="unpacks to more than the limit"):
+        extract_bundle(bundle, tmp_path / "out", max_bytes=2 * size)

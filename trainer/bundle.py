@@ -1,0 +1,143 @@
+"""Portable model bundles: a model directory in one archive, checked before anything is used.
+
+A bundle is a gzip'd tar holding exactly ``manifest.json`` (the bundle format, an ``about``
+object from the exporter, and per file its size and SHA-256), ``model.json`` (labels,
+featurizer and model configs, hyper-parameters, metrics: see :mod:`trainer.inference`) and
+``weights.pt`` (tensors only, loaded with ``torch.load(weights_only=True)``). Nothing in a
+bundle is executed or unpickled as code.
+
+:func:`extract_bundle` refuses, with :class:`BundleInvalid` naming the problem, anything but
+that: a file that is not a gzip'd tar or ends early, a bundle or member over ``max_bytes``
+(before decompression and after, so a small archive cannot inflate to fill a disk), a member
+that is not a regular file with one of those three names (links, folders, ``../`` paths), a
+missing or repeated member, and a file whose size or SHA-256 differs from the manifest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from trainer.errors import TrainerError
+from trainer.inference import META_FILE, WEIGHTS_FILE, read_metadata
+
+FORMAT = "taas-model-bundle/1"
+MANIFEST = "manifest.json"
+MODEL_FILES = (META_FILE, WEIGHTS_FILE)
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+
+class BundleInvalid(TrainerError):
+    """The archive is not a usable taas model bundle; the message says why."""
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """A bundle that checked out: its ``model.json`` and the manifest's free-form ``about``."""
+
+    meta: dict[str, Any]
+    about: dict[str, Any]
+
+
+def write_bundle(model_dir: Path, out: IO[bytes], *, about: dict[str, Any] | None = None) -> None:
+    """Write the model in ``model_dir`` as a bundle to ``out``, with ``about`` (JSON-able facts
+    such as the classifier's name and language) in the manifest. Reproducible: fixed times and
+    owners, so one model and ``about`` always give the same bytes."""
+    files = {name: (Path(model_dir) / name).read_bytes() for name in MODEL_FILES}
+    manifest = {
+        "format": FORMAT,
+        "about": about or {},
+        "files": {name: {"bytes": len(data), "sha256": _sha256(data)} for name, data in files.items()},
+    }
+    members = {MANIFEST: json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"), **files}
+    with (
+        gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0) as packed,
+        tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+
+def extract_bundle(source: Path, dest: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Extracted:
+    """Check the bundle at ``source`` and write its model directory into ``dest`` (created;
+    nothing is written unless the whole bundle checks out).
+
+    Raises BundleInvalid.
+    """
+    size = Path(source).stat().st_size
+    if size > max_bytes:
+        raise BundleInvalid(f"the bundle is {size} bytes; the limit is {max_bytes}")
+    members = _read_members(Path(source), max_bytes)
+    manifest = _manifest(members)
+    for name in MODEL_FILES:
+        expected, data = manifest["files"][name], members[name]
+        if len(data) != expected["bytes"] or _sha256(data) != expected["sha256"]:
+            raise BundleInvalid(f"{name} does not match its SHA-256 in {MANIFEST}: the bundle was altered")
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in MODEL_FILES:
+        (dest / name).write_bytes(members[name])
+    try:
+        return Extracted(read_metadata(dest), manifest["about"])
+    except TrainerError as exc:
+        for name in MODEL_FILES:
+            (dest / name).unlink(missing_ok=True)
+        raise BundleInvalid(f"{META_FILE} is not a taas model: {exc}") from exc
+
+
+def _read_members(source: Path, max_bytes: int) -> dict[str, bytes]:
+    members: dict[str, bytes] = {}
+    total = 0
+    try:
+        with tarfile.open(source, mode="r:gz") as tar:
+            for member in tar:
+                if member.name not in (MANIFEST, *MODEL_FILES) or not member.isfile():
+                    raise BundleInvalid(
+                        f"unexpected member {member.name!r}: a bundle holds only the regular files "
+                        f"{', '.join((MANIFEST, *MODEL_FILES))}"
+                    )
+                if member.name in members:
+                    raise BundleInvalid(f"{member.name} appears twice")
+                total += member.size
+                if total > max_bytes:
+                    raise BundleInvalid(f"the bundle unpacks to more than the limit of {max_bytes} bytes")
+                extracted = tar.extractfile(member)
+                assert extracted is not None  # a regular file
+                members[member.name] = extracted.read()
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise BundleInvalid(f"not a complete taas bundle (a gzip'd tar): {reason}") from exc
+    missing = [name for name in (MANIFEST, *MODEL_FILES) if name not in members]
+    if missing:
+        raise BundleInvalid(f"the bundle lacks {', '.join(missing)}")
+    return members
+
+
+def _manifest(members: dict[str, bytes]) -> dict[str, Any]:
+    try:
+        manifest = json.loads(members[MANIFEST])
+        files = manifest["files"]
+        if manifest["format"] != FORMAT or set(files) != set(MODEL_FILES):
+            raise ValueError(f"expected format {FORMAT} listing {', '.join(MODEL_FILES)}")
+        if not isinstance(manifest.get("about", {}), dict):
+            raise ValueError("'about' must be an object")
+        manifest.setdefault("about", {})
+        for entry in files.values():
+            if not (isinstance(entry["bytes"], int) and isinstance(entry["sha256"], str)):
+                raise ValueError("each file needs an integer 'bytes' and a string 'sha256'")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BundleInvalid(f"{MANIFEST} is not a taas bundle manifest: {exc}") from exc
+    return dict(manifest)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -146,7 +146,7 @@ def _jsonl_records(lines: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]
         labels = label if isinstance(label, list) else [label]
         if not isinstance(text, str) or not labels or not all(isinstance(x, str) for x in labels):
             raise InvalidTrainingData(row, 'needs a string "text" and a string (or list) "label"')
-        yield row, _valid_utf8(row, text), [_valid_utf8(row, x) for x in labels]
+        yield row, _valid_utf8(row, text), [_valid_utf8(row, str(x)) for x in labels]
 
 
 def _csv_rows(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:

@@ -1,4 +1,5 @@
-"""The house rules that a machine can check: lint (ruff) and the import layers (import-linter).
+"""The house rules that a machine can check: lint (ruff), types (mypy) and the import layers
+(import-linter).
 
 They run inside ``pytest`` so that the one test command of the README checks them too.
 """
@@ -26,4 +27,10 @@ def test_ruff_finds_nothing() -> None:
 
 def test_import_layers_are_kept() -> None:
     run = subprocess.run([_tool("lint-imports")], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_mypy_finds_no_type_errors() -> None:
+    # [tool.mypy] in pyproject.toml: service, workers and trainer, with the pydantic plugin
+    run = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr

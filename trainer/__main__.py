@@ -29,6 +29,11 @@ from trainer.inference import LoadedModel
 from trainer.progress import Progress
 
 
+def _print_progress(progress: Progress) -> None:
+    sys.stderr.write(_progress_line(progress))
+    sys.stderr.flush()
+
+
 def _progress_line(progress: Progress) -> str:
     loss = "-" if progress.loss is None else f"{progress.loss:.4f}"
     eta = "-" if progress.eta_seconds is None else f"{progress.eta_seconds:.0f}s"
@@ -57,7 +62,7 @@ def _fit(args: argparse.Namespace) -> int:
             out_dir=out_dir,
             learners=args.learners,
             device=args.device,
-            on_progress=lambda p: sys.stderr.write(_progress_line(p)) and sys.stderr.flush(),
+            on_progress=_print_progress,
             should_stop=lambda: stop_requested,
         )
     except TrainingStopped as exc:

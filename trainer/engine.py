@@ -651,7 +651,8 @@ def _cross_fit(
         held_bags = fold_model.featurizer.transform([data.texts[i] for i in held])
         with torch.no_grad():
             fold_logits = fold_model.model(*bag_tensors(held_bags)).numpy().astype(np.float64)
-        logits[np.ix_(held, [column[label] for label in fold_model.labels])] = fold_logits
+        columns = np.array([column[label] for label in fold_model.labels])
+        logits[np.ix_(held, columns)] = fold_logits
     return logits, targets, "cross-validation"
 
 

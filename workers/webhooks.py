@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
     ignore_result=True,
     max_retries=None,  # the cap is webhook_max_attempts, counted in the database
 )
-def deliver_webhook(self: Task, event_id: str) -> None:  # type: ignore[type-arg]
+def deliver_webhook(self: Task, event_id: str) -> None:
     """Make the next delivery attempt of status event ``event_id``, if it is due; schedule the
     one after it when this one failed. Returns quietly when there is nothing to do."""
     with _sessions()() as session:

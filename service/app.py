@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from service import ops, serving
 from service.api import errors
@@ -22,6 +23,19 @@ from service.serving import ModelCache
 from service.settings import Settings, get_settings
 from service.store import ArtifactStore
 from service.worker_registry import connect
+
+
+class TaasAPI(FastAPI):
+    """The API: a FastAPI app whose classify calls go to :mod:`service.api.fast_classify` first,
+    ahead of the middleware stack (which is where the calls it cannot answer go)."""
+
+    fast_classify: FastClassify
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if FastClassify.takes(scope):
+            await self.fast_classify(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -60,13 +74,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.models.close()
             engine.dispose()
 
-    app = FastAPI(
+    app = TaasAPI(
         title="taas",
         summary="Text-classification training as a service, wire-compatible with Watson NLC v1.",
         lifespan=lifespan,
     )
     errors.install(app)
-    app.add_middleware(FastClassify)  # innermost: inside the body limit and the metrics
+    app.fast_classify = FastClassify(app.state, metrics, fallback=super(TaasAPI, app).__call__)
     app.add_middleware(
         BodyLimit,
         upload_bytes=settings.max_upload_bytes,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -70,6 +71,7 @@ class Metrics:
             registry=self.registry,
         )
 
+        self._series: dict[tuple[str, str, int], tuple[Any, ...]] = {}
         self._platform = _PlatformCollector()
         self.registry.register(self._platform)
 
@@ -81,10 +83,24 @@ class Metrics:
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered request."""
-        self.requests.labels(method, route, str(status)).inc()
-        self.latency.labels(method, route).observe(seconds)
+        series = self._series.get((method, route, status))
+        if series is None:
+            series = self._series[(method, route, status)] = self._children(method, route, status)
+        count, *latencies = series
+        count.inc()
+        for latency in latencies:
+            latency.observe(seconds)
+
+    def _children(self, method: str, route: str, status: int) -> tuple[Any, ...]:
+        # Resolving labels takes a lock and checks them on every call: done once per series
+        # (routes are templates, so there are few), it is no longer part of each request.
+        children: tuple[Any, ...] = (
+            self.requests.labels(method, route, str(status)),
+            self.latency.labels(method, route),
+        )
         if route in _CLASSIFY_ROUTES:
-            self.classify_latency.labels(route.rsplit("/", 1)[-1]).observe(seconds)
+            children += (self.classify_latency.labels(route.rsplit("/", 1)[-1]),)
+        return children
 
     def exposition(self) -> bytes:
         """Every series in the Prometheus text format."""

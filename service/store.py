@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -78,10 +79,7 @@ class ArtifactStore(TreeOps):
 
     def resolve(self, relative: str) -> Path:
         """The absolute path of a store-relative one; raises ValueError on absolute paths or ``..``."""
-        pure = PurePosixPath(relative)
-        if pure.is_absolute() or ".." in pure.parts or not pure.parts:
-            raise ValueError(f"not a store-relative path: {relative!r}")
-        return self.root.joinpath(*pure.parts)
+        return _resolve(self.root, relative)
 
     def put_file(self, source: Path, dest: Path) -> None:
         """Move ``source`` to ``dest`` atomically (a reader sees no file or the whole file), and
@@ -272,6 +270,15 @@ class ArtifactStore(TreeOps):
 
     def _tenant(self, tenant_id: str) -> Path:
         return self.root / "tenants" / _safe(tenant_id)
+
+
+@lru_cache(maxsize=4096)
+def _resolve(root: Path, relative: str) -> Path:
+    # Memoised: classify resolves its model folder on every call.
+    pure = PurePosixPath(relative)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        raise ValueError(f"not a store-relative path: {relative!r}")
+    return root.joinpath(*pure.parts)
 
 
 def _safe(ident: str) -> str:

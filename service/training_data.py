@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from service.settings import Settings
 
 InputFormat = Literal["nlc", "labelled"]
 _ENCODING = "utf-8-sig"  # accepts, and drops, a leading BOM
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ def _valid_utf8(row: int, value: str) -> str:
 
 def has_surrogates(value: str) -> bool:
     """Whether ``value`` holds an unpaired surrogate (it cannot be encoded as UTF-8)."""
-    return any("\ud800" <= ch <= "\udfff" for ch in value)
+    return not value.isascii() and _SURROGATE.search(value) is not None
 
 
 def unprintable(value: str) -> str | None:

@@ -72,8 +72,13 @@ async def _validation_error(_request: Request, exc: RequestValidationError | Val
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    return unexpected(request.method, request.url.path, exc)
+
+
+def unexpected(method: str, path: str, exc: Exception) -> JSONResponse:
+    """A 500 for an error nobody expected: logged with a reference the reply names."""
     incident = uuid.uuid4().hex[:12]
-    log.error("unexpected error %s on %s %s", incident, request.method, request.url.path, exc_info=exc)
+    log.error("unexpected error %s on %s %s", incident, method, path, exc_info=exc)
     return nlc_error(500, f"unexpected error; reference {incident} in the server log")
 
 

@@ -1,34 +1,40 @@
-"""A lean ASGI path for classify and classify_collection when what they need is in memory.
+"""A lean path for classify and classify_collection when what they need is in memory.
 
-Routing, dependency solving and request validation cost a FastAPI app several times the
-inference of one short text. This middleware answers ``POST /v1/classifiers/{id}/classify``
-and ``…/classify_collection`` itself when the JSON body passes NLC's rules, the caller's key
-and the classifier are in the lookup cache (:mod:`service.lookup_cache`) and the model is
-loaded; the call is then
-charged to the tenant's rate (from this replica's lease, or from Redis on a worker thread when
-the lease ran out) and run on the inference batcher. Anything else — a cache miss, a refusal, a
-malformed body, a model still to load — is handed, untouched and with its body replayed, to
-the FastAPI route, which is the one place that decides errors. Nothing is charged before a
-hand-over (a refused rate charges nothing; the route asks again and answers 429), so the route
-sees the call as if it came first hand.
+The middleware stack, routing, dependency solving and request validation cost a FastAPI app
+several times the inference of one short text. The app (:class:`service.app.TaasAPI`) hands
+``POST /v1/classifiers/{id}/classify`` and ``…/classify_collection`` to :class:`FastClassify`
+before all of that, which answers itself when the JSON body passes NLC's rules, the caller's
+key and the classifier are in the lookup cache (:mod:`service.lookup_cache`) and the model is
+loaded; the call is then charged to the tenant's rate (from this replica's lease, or from
+Redis on a worker thread when the lease ran out) and run on the inference batcher. Anything
+else — a cache miss, a refusal, a malformed body, a model still to load — is handed, untouched
+and with its body replayed, to the app's whole stack and its route, the one place that
+decides errors. Nothing is charged before a hand-over (a refused rate charges nothing; the
+route asks again and answers 429), so the route sees the call as if it came first hand.
 
-The reply is the route's own (:func:`service.api.routes.classify.reply_json`), and
-``scope["route"]`` is set to the route, so the metrics middleware counts the call the same way.
+The reply is the route's own (:func:`service.api.routes.classify.reply_json`); the call is
+counted in the metrics under the route's template, as the metrics middleware counts the others;
+an unexpected error is the app's logged 500 (:func:`service.api.errors.unexpected`).
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 from anyio import to_thread
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
+from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api import errors
 from service.api.routes import classify
 from service.api.schemas import ClassifyCollectionInput, ClassifyInput
 from service.errors import TaasError
 from service.lookup_cache import LookupCache
+from service.metrics import Metrics
 from service.ratelimit import RateLimiter
 from service.serving import ModelCache
 from service.settings import Settings
@@ -36,44 +42,60 @@ from service.store import ArtifactStore
 from service.tenancy import hash_key, presented_key
 
 _PATH = re.compile(r"/v1/classifiers/([0-9a-f-]{36})/(classify|classify_collection)")
-# Per route name: the body it takes, and the route itself (its template labels the metrics).
+# Per route name: the body it takes.
 _BODIES: dict[str, type[ClassifyInput | ClassifyCollectionInput]] = {
     "classify": ClassifyInput,
     "classify_collection": ClassifyCollectionInput,
 }
-_ROUTES = {
-    name: next(r for r in classify.router.routes if getattr(r, "name", None) == name) for name in _BODIES
+_ROUTES = {  # the metrics label: the route's template
+    name: next(r.path for r in classify.router.routes if isinstance(r, APIRoute) and r.name == name)
+    for name in _BODIES
 }
 
 
 class FastClassify:
-    """Pure ASGI middleware; see the module docstring."""
+    """The fast path of one app: ``await fast(scope, receive, send)`` for a request that
+    :meth:`takes`; what it cannot answer goes to ``fallback`` (the app's whole middleware stack)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self, state: State, metrics: Metrics, fallback: ASGIApp) -> None:
+        self.state = state
+        self.metrics = metrics
+        self.fallback = fallback
+
+    @staticmethod
+    def takes(scope: Scope) -> bool:
+        """Whether ``scope`` is a classify or classify_collection call."""
+        return (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and _PATH.fullmatch(scope["path"]) is not None
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or not (match := _PATH.fullmatch(scope["path"]))
-        ):
-            await self.app(scope, receive, send)
-            return
-        settings: Settings = scope["app"].state.settings
+        started = time.perf_counter()
+        match = _PATH.fullmatch(scope["path"])
+        assert match is not None  # see takes()
+        settings: Settings = self.state.settings
         headers = dict(reversed(scope["headers"]))  # the first of repeated headers, as Starlette
         declared = headers.get(b"content-length", b"")
         if not declared.isdigit() or int(declared) > settings.max_json_bytes or not _is_json(headers):
-            await self.app(scope, receive, send)
+            await self.fallback(scope, receive, send)
             return
         first = await receive()
         whole = first["type"] == "http.request" and not first.get("more_body", False)
         name = match[2]
-        reply = await self._answer(scope, match[1], name, headers, first.get("body", b"")) if whole else None
-        if reply is None:
-            await self.app(scope, _replay(first, receive), send)
+        try:
+            reply = (
+                await self._answer(scope, match[1], name, headers, first.get("body", b"")) if whole else None
+            )
+        except Exception as exc:  # as the app's own handler of the unexpected: a logged 500
+            response = errors.unexpected(scope["method"], scope["path"], exc)
+            await response(scope, receive, send)
+            self._observe(name, response.status_code, started)
             return
-        scope["route"] = _ROUTES[name]
+        if reply is None:
+            await self.fallback(scope, _replay(first, receive), send)
+            return
         await send(
             {
                 "type": "http.response.start",
@@ -82,11 +104,15 @@ class FastClassify:
             }
         )
         await send({"type": "http.response.body", "body": reply})
+        self._observe(name, 200, started)
+
+    def _observe(self, name: str, status: int, started: float) -> None:
+        self.metrics.observe("POST", _ROUTES[name], status, time.perf_counter() - started)
 
     async def _answer(
         self, scope: Scope, classifier_id: str, name: str, headers: dict[bytes, bytes], raw: bytes
     ) -> bytes | None:
-        state = scope["app"].state
+        state = self.state
         settings: Settings = state.settings
         try:
             body = _BODIES[name].model_validate_json(raw)

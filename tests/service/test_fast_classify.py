@@ -3,6 +3,8 @@ database nothing, and sees every revocation, quota change and deletion at once, 
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -141,8 +143,11 @@ def test_the_rate_holds_on_a_warm_cache(
     warm(available, tenant)
     client.patch(f"/v1/admin/tenants/{tenant.id}/quotas", json={"classify_rps": 1}, headers=admin_headers)
     url = f"/v1/classifiers/{available}/classify"
-    codes = [client.post(url, json=TEXT, headers=tenant.headers).status_code for _ in range(4)]
-    assert codes[0] == 200 and codes[-1] == 429  # the burst (2 s of rate, less what warm took), then no
+    started = time.monotonic()
+    codes = [client.post(url, json=TEXT, headers=tenant.headers).status_code for _ in range(6)]
+    # 1 call a second and a burst of 2 s: at most 2 calls, and one more a second, go through
+    allowed = 2 + math.floor(time.monotonic() - started)
+    assert codes[0] == 200 and 429 in codes and codes.count(200) <= allowed, codes
     client.patch(f"/v1/admin/tenants/{tenant.id}/quotas", json={"classify_rps": 0}, headers=admin_headers)
     assert client.post(url, json=TEXT, headers=tenant.headers).status_code == 403
 

@@ -8,9 +8,8 @@ routing, with this module's reply, by :mod:`service.api.fast_classify`.
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Request, Response
+from pydantic_core import to_json
 
 from service import serving
 from service.api.deps import ServingDep, ServingTarget
@@ -71,7 +70,7 @@ def reply_json(
     else:
         results = [_result(t, s) for t, s in zip(texts, scores, strict=True)]
         reply = {"classifier_id": classifier_id, "url": url, "collection": results}
-    return json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode()
+    return to_json(reply)
 
 
 async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -> Response:

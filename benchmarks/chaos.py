@@ -55,6 +55,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from service.queue import enqueue_training  # noqa: E402
 from service.settings import Settings  # noqa: E402
+from service.store import ArtifactStore  # noqa: E402
 from workers.reconciler import queued_job_ids  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -625,8 +626,7 @@ def checkpoint_write_failure(folder: Path, flavour: str = "embedded") -> Outcome
         wait_step(client, classifier_id, checkpoints=1)
         taken = [e for e in events(client, classifier_id) if e["event"] == "checkpoint"]
         epoch, last = taken[-1]["epoch"], taken[-1]["step"]
-        workdir = up.artifacts / "tenants" / tenant_id / "classifiers" / classifier_id / "checkpoints"
-        workdir = workdir / f"epoch-{epoch}"
+        workdir = ArtifactStore(up.artifacts).checkpoint_dir(tenant_id, classifier_id, 1) / f"epoch-{epoch}"
         blocked = workdir / f"ckpt-{last + CHECKPOINT_EVERY_UPDATES:012d}.pt.tmp"
         blocked.mkdir()
         audit(client, classifier_id, outcome)

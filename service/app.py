@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -12,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 from service import ops, serving
 from service.api import errors
 from service.api.fast_classify import FastClassify
-from service.api.routes import admin, bundles, classifiers, classify, datasets, webhooks
+from service.api.routes import admin, bundles, classifiers, classify, datasets, versions, webhooks
 from service.api.uploads import BodyLimit
 from service.db import make_engine, session_factory
 from service.invalidation import Invalidations
@@ -85,10 +86,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimit,
         upload_bytes=settings.max_upload_bytes,
         json_bytes=settings.max_json_bytes,
-        upload_paths=("/v1/classifiers", "/v1/datasets"),
+        # NLC create, a new version, a bundle import, a dataset upload.
+        upload_paths=re.compile(r"/v1/classifiers(/import|/[^/]+/versions)?|/v1/datasets"),
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for module in (classifiers, classify, bundles, datasets, webhooks, admin):
+    for module in (classifiers, classify, versions, bundles, datasets, webhooks, admin):
         app.include_router(module.router)
     ops.install(app)
     return app

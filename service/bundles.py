@@ -3,8 +3,9 @@ new, Available classifier (the format and its checks: :mod:`trainer.bundle`).
 
 An import checks the whole bundle and loads the model before anything is kept: a tampered,
 truncated, oversized or unloadable bundle is a 400 naming the problem, with no row and no file
-left behind. The imported classifier has no dataset and no training job; its metrics are the
-ones the exporting installation measured.
+left behind. The imported classifier has one version, serving, with no dataset and no training
+job; its metrics are the ones the exporting installation measured. It can be retrained (a new
+version) like any other.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 from service import datasets, jobs, quotas, status_events
 from service.classifiers import check_language
 from service.errors import BadRequest, Conflict
-from service.models import Classifier, ClassifierStatus
+from service.models import Classifier, ClassifierStatus, ClassifierVersion
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.bundle import BundleInvalid, extract_bundle, write_bundle
@@ -30,14 +31,22 @@ BUNDLE_FIELD = "bundle"
 IMPORTED = "imported"  # the model folder of an imported classifier, under its model dir
 
 
-def export(store: ArtifactStore, classifier: Classifier, out: IO[bytes]) -> None:
-    """Write the classifier's model to ``out`` as a bundle; Conflict unless it is Available."""
-    if classifier.status != ClassifierStatus.AVAILABLE.value or not classifier.model_dir:
-        raise Conflict(
-            f"classifier '{classifier.id}' is {classifier.status}; a bundle needs status Available"
-        )
-    model_dir = store.fetch(store.resolve(classifier.model_dir), folder=True)
-    about = {"name": classifier.name, "language": classifier.language, "classifier_id": classifier.id}
+def export(
+    store: ArtifactStore, classifier: Classifier, out: IO[bytes], version: ClassifierVersion | None = None
+) -> None:
+    """Write the model of ``version`` (default: the one the classifier serves) to ``out`` as a
+    bundle; Conflict unless it is Available."""
+    shown: Classifier | ClassifierVersion = classifier if version is None else version
+    if shown.status != ClassifierStatus.AVAILABLE.value or not shown.model_dir:
+        what = f"classifier '{classifier.id}'" if version is None else f"version {version.number}"
+        raise Conflict(f"{what} is {shown.status}; a bundle needs status Available")
+    model_dir = store.fetch(store.resolve(shown.model_dir), folder=True)
+    about = {
+        "name": classifier.name,
+        "language": classifier.language,
+        "classifier_id": classifier.id,
+        "version": classifier.serving_version if version is None else version.number,
+    }
     write_bundle(model_dir, out, about=about)
 
 
@@ -71,6 +80,8 @@ def import_bundle(
             status=ClassifierStatus.AVAILABLE.value,
             status_description=jobs.AVAILABLE_DESCRIPTION,
             metrics=extracted.meta.get("metrics"),
+            serving_version=1,
+            latest_version=1,
             created_at=now,
             updated_at=now,
         )
@@ -84,17 +95,30 @@ def import_bundle(
 def _add(
     session: Session, store: ArtifactStore, classifier: Classifier, staging: Path, *, now: datetime
 ) -> None:
-    """Commit ``classifier`` with the model in ``staging`` as its model folder, and its event."""
+    """Commit ``classifier`` and its version 1 with the model in ``staging`` as its model folder,
+    and its event."""
     tenant_id = classifier.tenant_id
     session.add(classifier)
     session.flush()
-    model_dir = store.model_dir(tenant_id, classifier.id) / IMPORTED
+    model_dir = store.model_dir(tenant_id, classifier.id, 1) / IMPORTED
     try:
         model_dir.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(staging, model_dir)
         store.publish(model_dir)  # stored for every node before the row names it
         classifier.model_dir = store.relative(model_dir)
-        status_events.record_created(session, classifier, callback_url=None, now=now)
+        version = ClassifierVersion(
+            classifier_id=classifier.id,
+            tenant_id=tenant_id,
+            number=1,
+            status=classifier.status,
+            status_description=classifier.status_description,
+            model_dir=classifier.model_dir,
+            metrics=classifier.metrics,
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(version)
+        status_events.record_created(session, version, callback_url=None, now=now)
         session.commit()
     except BaseException:
         session.rollback()

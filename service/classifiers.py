@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from pathlib import Path
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from service import jobs, status_events, webhooks
-from service.datasets import StagedDataset, add_dataset, commit_files
+from service import jobs, status_events, versions, webhooks
+from service.datasets import StagedDataset
 from service.errors import BadRequest, Conflict, NotFound
-from service.models import Classifier, ClassifierStatus, Dataset, DatasetOrigin, JobEvent
+from service.models import Classifier, ClassifierStatus, Dataset, JobEvent, Promote
 from service.queue import enqueue_training
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -41,57 +40,35 @@ def create_classifier(
     language: str,
     source: StagedDataset | Dataset,
     now: datetime,
+    promote: Promote = Promote.AUTO,
     callback_url: str | None = None,
 ) -> Classifier:
-    """Record a classifier and its queued job (and, for an upload, its own dataset) in one commit,
-    then wake a worker. If the message cannot be sent the job stays queued for the reconciler.
-    The status events of its training go to ``callback_url`` (already checked), if any.
+    """Record a classifier, its version 1 and its queued job (and, for an upload, its own
+    dataset) in one commit, then wake a worker. If the message cannot be sent the job stays
+    queued for the reconciler. The status events of its training go to ``callback_url``
+    (already checked), if any; ``promote`` says when its later versions start serving.
 
     On any failure before the commit nothing is kept: no rows, no files.
     """
-    moves: list[tuple[Path, Path]] = []
-    try:
-        if isinstance(source, StagedDataset):
-            dataset = add_dataset(
-                session,
-                store,
-                source,
-                tenant_id=tenant_id,
-                name=name,
-                origin=DatasetOrigin.CLASSIFIER,
-                now=now,
-            )
-            moves.append((source.path, store.resolve(dataset.path)))
-        else:
-            dataset = source
+    with versions.undone_on_failure(session, source):
         classifier = Classifier(
             tenant_id=tenant_id,
             name=name,
             language=language,
-            dataset_id=dataset.id,
             status=ClassifierStatus.TRAINING.value,
             status_description=jobs.TRAINING_DESCRIPTION,
+            latest_version=1,
+            promote=promote.value,
             created_at=now,
             updated_at=now,
         )
         session.add(classifier)
         session.flush()
-        checkpoint_dir = store.relative(store.checkpoint_dir(tenant_id, classifier.id))
-        job = jobs.create_job(
-            session, classifier, checkpoint_dir=checkpoint_dir, now=now, callback_url=callback_url
+        job, dataset, moves = versions.add_training(
+            session, store, classifier, number=1, source=source, now=now, callback_url=callback_url
         )
-        status_events.record_created(session, classifier, callback_url=callback_url, now=now)
-    except BaseException:
-        session.rollback()
-        if isinstance(source, StagedDataset):
-            source.path.unlink(missing_ok=True)
-        raise
-    commit_files(session, store, moves)
-    try:
-        enqueue_training(settings, job.id)
-    except Exception:
-        log.exception("could not enqueue job %s; it stays queued for the reconciler", job.id)
-    webhooks.send_new_events(session, settings, classifier.id)
+        classifier.dataset_id = dataset.id
+    versions.commit_training(session, store, settings, job, moves)
     return classifier
 
 
@@ -117,23 +94,35 @@ def get_classifier(session: Session, tenant_id: str, classifier_id: str) -> Clas
 
 
 def delete_classifier(
-    session: Session, store: ArtifactStore, classifier: Classifier, *, now: datetime
+    session: Session, settings: Settings, store: ArtifactStore, classifier: Classifier, *, now: datetime
 ) -> None:
-    """Cancel its jobs (a worker stops at its next fenced write), delete its rows (and the dataset
-    it was created with), then its files."""
+    """Cancel its jobs (a worker stops at its next fenced write), delete its rows (with its
+    versions and the datasets they were created with) and, if the version it showed has a
+    callback URL, record the deletion's status event for it; then delete its files and send the
+    event. The classifier's delivered events go with it."""
+    shown = jobs.shown_job(session, classifier)
     jobs.cancel_jobs(session, classifier.id, now=now)
-    owned = session.scalar(
-        select(Dataset).where(
-            Dataset.id == classifier.dataset_id, Dataset.origin == DatasetOrigin.CLASSIFIER.value
+    owned = versions.owned_datasets(session, classifier.id)
+    status_events.forget_delivered(session, classifier.id)
+    if shown is not None and shown.callback_url:  # without one, nobody could ever read the event
+        status_events.record_deleted(
+            session,
+            tenant_id=classifier.tenant_id,
+            classifier_id=classifier.id,
+            version=shown.version,
+            previous=classifier.status,
+            description="The classifier was deleted.",
+            callback_url=shown.callback_url,
+            now=now,
         )
-    )
     session.execute(delete(Classifier).where(Classifier.id == classifier.id))
-    if owned is not None:
-        session.execute(delete(Dataset).where(Dataset.id == owned.id))
+    for dataset in owned:
+        session.execute(delete(Dataset).where(Dataset.id == dataset.id))
     session.commit()
     store.delete_classifier(classifier.tenant_id, classifier.id)
-    if owned is not None:
-        store.delete_file(store.resolve(owned.path))
+    for dataset in owned:
+        store.delete_file(store.resolve(dataset.path))
+    webhooks.send_new_events(session, settings, classifier.id)
 
 
 def cancel_training(session: Session, settings: Settings, classifier: Classifier, *, now: datetime) -> None:

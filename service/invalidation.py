@@ -1,7 +1,8 @@
 """Serving invalidations across API processes: Redis pub/sub on one channel.
 
 A change that classify must see at once (a key revoked or rotated, a tenant's rate quota
-changed, a classifier deleted) is announced after its commit with
+changed, a classifier deleted, a version promoted by the tenant or by a worker's finished
+training) is announced after its commit with
 :meth:`Invalidations.announce`. Every API process runs one listener thread that subscribes to
 the channel and drops the tenant's entries from its :class:`service.lookup_cache.LookupCache`
 on each message. The listener pings Redis every ``ping_s`` on the subscribed connection and
@@ -70,12 +71,8 @@ class Invalidations:
         otherwise their entries age out within the cache's ``max_age_s``.
         """
         self.cache.forget_tenant(tenant_id)
-        if self._client is None:
-            return
-        try:
-            self._client.publish(CHANNEL, tenant_id)
-        except redis.RedisError as exc:
-            log.warning("cannot announce a serving change of tenant %s: %s", tenant_id, exc)
+        if self._client is not None:
+            _publish(self._client, tenant_id)
 
     def _listen(self) -> None:
         assert self._client is not None
@@ -107,3 +104,22 @@ class Invalidations:
                 self.cache.forget_tenant(message["data"].decode())
             if subscribed:
                 self.cache.heard()
+
+
+def announce(redis_url: str | None, tenant_id: str) -> None:
+    """:meth:`Invalidations.announce` from a process without a lookup cache (a worker whose
+    finished training a classifier now serves). A no-op without Redis."""
+    if not redis_url:
+        return
+    client = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    try:
+        _publish(client, tenant_id)
+    finally:
+        client.close()
+
+
+def _publish(client: redis.Redis, tenant_id: str) -> None:
+    try:
+        client.publish(CHANNEL, tenant_id)
+    except redis.RedisError as exc:
+        log.warning("cannot announce a serving change of tenant %s: %s", tenant_id, exc)

@@ -2,8 +2,8 @@
 
 ::
 
-    queued ──claim──> training ──finish──────────────> succeeded   (classifier Available)
-      ▲ ▲               │ │ └──fail (bad data)──────> failed      (classifier Failed + reason)
+    queued ──claim──> training ──finish──────────────> succeeded   (version Available)
+      ▲ ▲               │ │ └──fail (bad data)──────> failed      (version Failed + reason)
       │ │   crash/error │ └─lease expires (reconciler)┐
       │ └── failures<N ─┴────────────────────────────┤ failures+1: back to queued after a back-off,
       │                                  failures=N ─┴> failed     or Failed with a reason
@@ -12,14 +12,15 @@
 
 Each transition is ONE conditional UPDATE (the compare-and-set) whose row count or RETURNING
 says whether it won, and its timeline event is added in the same transaction, as is the status
-event of a classifier whose status it changes (``service.status_events``, the webhook outbox).
-A claim bumps ``epoch``; every later write by that worker (lease renewal, progress, checkpoint
+event of a version whose status it changes (``service.status_events``, the webhook outbox),
+and the change of the classifier's view of that version (``service.version_view``). A claim
+bumps ``epoch``; every later write by that worker (lease renewal, progress, checkpoint
 pointer, final model, failure) carries the epoch it got, so a worker that lost its lease (the
 reconciler requeued the job, another worker claimed it, or the tenant cancelled it) writes
 nothing. Only a queued job whose back-off has passed (``not_before``), and that no other worker
 reserved (:func:`reserve_job`, the fair dispatcher's pick), can be claimed, so a duplicate
 wake-up message is harmless. Every function commits before returning, except
-:func:`create_job`, which joins the caller's transaction so that the classifier and its job
+:func:`create_job`, which joins the caller's transaction so that the version and its job
 appear together. Times are timezone-aware UTC.
 """
 
@@ -34,8 +35,16 @@ from typing import Any
 from sqlalchemy import ColumnElement, Update, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from service import status_events
-from service.models import Classifier, ClassifierStatus, Dataset, JobEvent, JobState, TrainingJob
+from service import status_events, version_view
+from service.models import (
+    Classifier,
+    ClassifierStatus,
+    ClassifierVersion,
+    Dataset,
+    JobEvent,
+    JobState,
+    TrainingJob,
+)
 
 _ACTIVE = (JobState.QUEUED.value, JobState.TRAINING.value)
 AVAILABLE_DESCRIPTION = "The classifier instance is now available and is ready to take classifier requests."
@@ -68,6 +77,7 @@ class JobContext:
     job_id: str
     tenant_id: str
     classifier_id: str
+    version: int
     state: str
     epoch: int
     attempts: int
@@ -81,19 +91,35 @@ def create_job(
     session: Session,
     classifier: Classifier,
     *,
+    version: int,
+    dataset_id: str | None,
     checkpoint_dir: str,
     now: datetime,
     callback_url: str | None = None,
 ) -> TrainingJob:
-    """Add a queued job (and its ``queued`` event) for ``classifier`` to the session; the status
-    events of its transitions go to ``callback_url``.
+    """Add version ``version`` of ``classifier`` (Training, on ``dataset_id``; its status event)
+    and its queued job (with the ``queued`` event) to the session; the status events of its
+    transitions go to ``callback_url``.
 
     Does NOT commit: the caller commits it together with the classifier row, and only then
     enqueues the wake-up message.
     """
+    added = ClassifierVersion(
+        classifier_id=classifier.id,
+        tenant_id=classifier.tenant_id,
+        number=version,
+        dataset_id=dataset_id,
+        status=ClassifierStatus.TRAINING.value,
+        status_description=TRAINING_DESCRIPTION,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(added)
+    status_events.record_created(session, added, callback_url=callback_url, now=now)
     job = TrainingJob(
         classifier_id=classifier.id,
         tenant_id=classifier.tenant_id,
+        version=version,
         state=JobState.QUEUED.value,
         checkpoint_dir=checkpoint_dir,
         callback_url=callback_url,
@@ -224,7 +250,8 @@ def finish_job(
     now: datetime,
     applied_updates: int | None = None,
 ) -> bool:
-    """Mark the job succeeded and its classifier Available with ``model_dir`` (store-relative).
+    """Mark the job succeeded and its version Available with ``model_dir`` (store-relative); the
+    version serves if it should (:func:`service.version_view.promotes_on_available`).
 
     False when the lease was lost or the job was cancelled: the caller should discard its model.
     """
@@ -250,7 +277,7 @@ def finish_job(
 
 
 def fail_job(session: Session, lease: JobLease, *, reason: str, now: datetime) -> bool:
-    """Mark the job failed and its classifier Failed, with a reason the tenant can read.
+    """Mark the job failed and its version Failed, with a reason the tenant can read.
 
     For failures that a retry cannot cure (invalid training data); see :func:`retry_job`.
     """
@@ -455,22 +482,24 @@ def next_not_before(session: Session, *, now: datetime) -> datetime | None:
 
 
 def cancel_job(session: Session, classifier_id: str, *, now: datetime) -> bool:
-    """The tenant's cancel: stop the classifier's queued or training job, keep its checkpoint.
+    """The tenant's cancel: stop the classifier's queued or training jobs, keep their checkpoints.
 
-    The classifier becomes Unavailable until :func:`resume_job`. A worker holding the job has
+    Their versions become Unavailable until :func:`resume_job` (the classifier too, unless
+    another version serves). A worker holding the job has
     its next lease renewal refused and stops. False when no job was active.
     """
     cancelled = _cancel_active(session, classifier_id, now=now, detail="cancelled by the tenant")
     if not cancelled:
         session.rollback()
         return False
-    _set_status(
-        session,
-        cancelled[-1],
-        ClassifierStatus.UNAVAILABLE,
-        CANCELLED_DESCRIPTION.replace("{id}", classifier_id),
-        now,
-    )
+    for job_id in cancelled:
+        _set_status(
+            session,
+            job_id,
+            ClassifierStatus.UNAVAILABLE,
+            CANCELLED_DESCRIPTION.replace("{id}", classifier_id),
+            now,
+        )
     session.commit()
     return True
 
@@ -518,6 +547,14 @@ def cancel_jobs(session: Session, classifier_id: str, *, now: datetime) -> int:
     return len(cancelled)
 
 
+def cancel_version_jobs(session: Session, classifier_id: str, version: int, *, now: datetime) -> int:
+    """Cancel the queued or training job of one version (it is being deleted; not committed);
+    returns how many. A worker holding it finds its next fenced write refused and stops."""
+    return len(
+        _cancel_active(session, classifier_id, now=now, detail="its version was deleted", version=version)
+    )
+
+
 def job_events(session: Session, classifier_id: str) -> list[JobEvent]:
     """The timeline of every job of the classifier, oldest first."""
     events = list(
@@ -543,8 +580,8 @@ def job_context(session: Session, job_id: str) -> JobContext | None:
     """What a worker needs to train ``job_id``; None when the job row is gone."""
     row = session.execute(
         select(TrainingJob, Dataset.path)
-        .join(Classifier, Classifier.id == TrainingJob.classifier_id)
-        .outerjoin(Dataset, Dataset.id == Classifier.dataset_id)
+        .join(ClassifierVersion, _version_of_job())
+        .outerjoin(Dataset, Dataset.id == ClassifierVersion.dataset_id)
         .where(TrainingJob.id == job_id)
     ).one_or_none()
     session.commit()  # end the read transaction; callers hold no locks between calls
@@ -555,6 +592,7 @@ def job_context(session: Session, job_id: str) -> JobContext | None:
         job_id=job.id,
         tenant_id=job.tenant_id,
         classifier_id=job.classifier_id,
+        version=job.version,
         state=job.state,
         epoch=job.epoch,
         attempts=job.attempts,
@@ -570,6 +608,18 @@ def latest_job(session: Session, classifier_id: str) -> TrainingJob | None:
     return session.scalars(
         select(TrainingJob)
         .where(TrainingJob.classifier_id == classifier_id)
+        .order_by(TrainingJob.created_at.desc())
+        .limit(1)
+    ).first()
+
+
+def shown_job(session: Session, classifier: Classifier) -> TrainingJob | None:
+    """The newest job of the version that the classifier's view shows (the serving one, or while
+    none serves the newest): the view's training progress."""
+    number = classifier.latest_version if classifier.serving_version is None else classifier.serving_version
+    return session.scalars(
+        select(TrainingJob)
+        .where(TrainingJob.classifier_id == classifier.id, TrainingJob.version == number)
         .order_by(TrainingJob.created_at.desc())
         .limit(1)
     ).first()
@@ -655,13 +705,17 @@ def _end_job(
     return True
 
 
-def _cancel_active(session: Session, classifier_id: str, *, now: datetime, detail: str | None) -> list[str]:
-    """CAS the classifier's queued or training jobs -> cancelled, each with a ``cancelled`` event
-    (not committed); returns their ids, oldest first. Clears any lease or reservation, so a worker
-    holding one has its next fenced write refused and a worker that reserved one cannot claim it."""
+def _cancel_active(
+    session: Session, classifier_id: str, *, now: datetime, detail: str | None, version: int | None = None
+) -> list[str]:
+    """CAS the classifier's (or one ``version``'s) queued or training jobs -> cancelled, each with
+    a ``cancelled`` event (not committed); returns their ids, oldest first. Clears any lease or
+    reservation, so a worker holding one has its next fenced write refused and a worker that
+    reserved one cannot claim it."""
+    only = [] if version is None else [TrainingJob.version == version]
     cancelled = session.execute(
         update(TrainingJob)
-        .where(TrainingJob.classifier_id == classifier_id, TrainingJob.state.in_(_ACTIVE))
+        .where(TrainingJob.classifier_id == classifier_id, TrainingJob.state.in_(_ACTIVE), *only)
         .values(
             state=JobState.CANCELLED.value,
             lease_owner=None,
@@ -680,6 +734,13 @@ def _cancel_active(session: Session, classifier_id: str, *, now: datetime, detai
     return [row.id for row in sorted(cancelled, key=lambda row: row.created_at)]
 
 
+def _version_of_job() -> ColumnElement[bool]:
+    return and_(
+        ClassifierVersion.classifier_id == TrainingJob.classifier_id,
+        ClassifierVersion.number == TrainingJob.version,
+    )
+
+
 def _set_status(
     session: Session,
     job_id: str,
@@ -688,29 +749,66 @@ def _set_status(
     now: datetime,
     **values: Any,
 ) -> None:
-    """Set the status (and ``values``) of the job's classifier, and record the change, if it is
-    one, as a status event for the job's callback URL (not committed). The caller has just won a
-    compare-and-set on the job, and the classifier row is locked here, so the status read is the
-    one replaced."""
+    """Set the status (and ``values``) of the job's version, and record the change, if it is one,
+    as a status event for the job's callback URL (not committed). The classifier's NLC view
+    follows when it shows this version (:func:`service.version_view.shows`), and an Available
+    version that should serve is promoted (:func:`service.version_view.promotes_on_available`).
+
+    The caller has just won a compare-and-set on the job, and the classifier row is locked here
+    (``service.versions`` takes the same lock to promote or delete a version), so the statuses
+    read are the ones replaced."""
     row = session.execute(
-        select(Classifier.id, Classifier.tenant_id, Classifier.status, TrainingJob.callback_url)
+        select(
+            Classifier.id.label("classifier_id"),
+            Classifier.tenant_id,
+            Classifier.serving_version,
+            Classifier.latest_version,
+            Classifier.promote,
+            ClassifierVersion.id.label("version_id"),
+            ClassifierVersion.number,
+            ClassifierVersion.status,
+            ClassifierVersion.dataset_id,
+            TrainingJob.callback_url,
+        )
         .join(TrainingJob, TrainingJob.classifier_id == Classifier.id)
+        .join(ClassifierVersion, _version_of_job())
         .where(TrainingJob.id == job_id)
         .with_for_update(of=Classifier)
     ).one()
+    changes = {"status": status.value, "status_description": description, "updated_at": now, **values}
     session.execute(
-        _update_classifier(row.id).values(
-            status=status.value, status_description=description, updated_at=now, **values
-        )
+        update(ClassifierVersion)
+        .where(ClassifierVersion.id == row.version_id)
+        .values(**changes)
+        .execution_options(synchronize_session=False)
     )
+    promoted = status is ClassifierStatus.AVAILABLE and version_view.promotes_on_available(
+        row.serving_version, row.promote, row.number
+    )
+    if promoted:
+        view = {**changes, "serving_version": row.number, "dataset_id": row.dataset_id}
+        session.execute(_update_classifier(row.classifier_id).values(**view))
+    elif version_view.shows(row.serving_version, row.latest_version, row.number):
+        session.execute(_update_classifier(row.classifier_id).values(**changes))
     if row.status != status.value:
         status_events.record(
             session,
             tenant_id=row.tenant_id,
-            classifier_id=row.id,
+            classifier_id=row.classifier_id,
+            version=row.number,
             previous=row.status,
             status=status.value,
             description=description,
+            callback_url=row.callback_url,
+            now=now,
+        )
+    if promoted and row.serving_version is not None:
+        status_events.record_promoted(
+            session,
+            tenant_id=row.tenant_id,
+            classifier_id=row.classifier_id,
+            version=row.number,
+            replaced=row.serving_version,
             callback_url=row.callback_url,
             now=now,
         )

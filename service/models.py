@@ -1,5 +1,5 @@
-"""The data model (SQLAlchemy 2.0): tenants and their keys, datasets, classifiers, training jobs,
-and the classifiers' status events with their webhook delivery attempts.
+"""The data model (SQLAlchemy 2.0): tenants and their keys, datasets, classifiers and their
+versions, training jobs, and the status events with their webhook delivery attempts.
 
 The schema changes only through Alembic revisions in ``migrations/``; keep them in step.
 Every timestamp is timezone-aware UTC (:class:`UTCDateTime`).
@@ -13,7 +13,18 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, MetaData, String, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -93,6 +104,15 @@ class Delivery(enum.StrEnum):
     FAILED = "failed"
 
 
+class Promote(enum.StrEnum):
+    """When a classifier's newly trained version starts serving: at once, if it is newer than
+    the serving one (``auto``), or on the tenant's ``promote`` call (``manual``). A classifier's
+    first Available version always serves, since nothing else can."""
+
+    AUTO = "auto"
+    MANUAL = "manual"
+
+
 class DatasetOrigin(enum.StrEnum):
     """How a dataset came to be: uploaded on its own, or with an NLC create (owned by it)."""
 
@@ -156,15 +176,10 @@ class Dataset(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-class Classifier(Base):
-    """An NLC classifier: its status is the NLC view of its training job."""
+class TrainedModel:
+    """The columns of one trained (or training) model: its dataset, NLC status, model folder
+    (store-relative) and metrics; a version's own, or the classifier's view of one."""
 
-    __tablename__ = "classifiers"
-
-    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(String(256))
-    language: Mapped[str] = mapped_column(String(16))
     dataset_id: Mapped[str | None] = mapped_column(
         ForeignKey("datasets.id", ondelete="SET NULL"), index=True, default=None
     )
@@ -172,6 +187,40 @@ class Classifier(Base):
     status_description: Mapped[str] = mapped_column(Text, default="")
     model_dir: Mapped[str | None] = mapped_column(String(512), default=None)
     metrics: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+
+
+class Classifier(TrainedModel, Base):
+    """An NLC classifier, and the NLC view of it: ``status``, ``model_dir``, ``metrics`` and
+    ``dataset_id`` are those of its serving version (``serving_version``) or, while none serves
+    yet, of its newest one. ``service.versions`` and ``service.jobs`` write the view in the
+    transaction that changes the version it shows, so classify reads one row."""
+
+    __tablename__ = "classifiers"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    language: Mapped[str] = mapped_column(String(16))
+    # Versions (revision 0005): the one serving (None until one is Available), the newest number
+    # given out, and when a new one is promoted.
+    serving_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    latest_version: Mapped[int] = mapped_column(Integer, default=1)
+    promote: Mapped[str] = mapped_column(String(8), default=Promote.AUTO.value)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ClassifierVersion(TrainedModel, Base):
+    """One trained (or training) model of a classifier: version ``number`` 1, 2, … with its own
+    dataset, status, model and metrics. A version that fails or is deleted leaves the others."""
+
+    __tablename__ = "classifier_versions"
+    __table_args__ = (UniqueConstraint("classifier_id", "number"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    classifier_id: Mapped[str] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"), index=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -184,6 +233,7 @@ class TrainingJob(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     classifier_id: Mapped[str] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"), index=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)  # the version it trains (revision 0005)
     state: Mapped[str] = mapped_column(String(16), default=JobState.QUEUED.value, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     lease_owner: Mapped[str | None] = mapped_column(String(256), default=None)
@@ -227,14 +277,18 @@ class JobEvent(Base):
 
 
 class StatusEvent(Base):
-    """A change of a classifier's status, recorded in the transaction that makes it: the webhook
-    outbox. ``id`` is the event's idempotency key, the same on every delivery attempt."""
+    """A change of a classifier version's status, recorded in the transaction that makes it: the
+    webhook outbox. ``id`` is the event's idempotency key, the same on every delivery attempt.
+    A deletion is a change to ``Non Existent``; a deleted classifier keeps only its events still
+    to be delivered."""
 
     __tablename__ = "status_events"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
-    classifier_id: Mapped[str] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"), index=True)
+    # Not a foreign key (since revision 0005): the event of a deletion outlives its classifier.
+    classifier_id: Mapped[str] = mapped_column(String(36), index=True)
+    version: Mapped[int | None] = mapped_column(Integer, default=None)  # revision 0005
     type: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))
     previous_status: Mapped[str] = mapped_column(String(16))
@@ -273,6 +327,7 @@ class TenantQuota(Base):
 
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
     classifiers: Mapped[int | None] = mapped_column(Integer, default=None)
+    versions: Mapped[int | None] = mapped_column(Integer, default=None)  # revision 0005
     training_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
     dataset_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     dataset_rows: Mapped[int | None] = mapped_column(Integer, default=None)

@@ -4,7 +4,10 @@
 quota              counts                                       checked when
 =================  ===========================================  ===========================
 ``classifiers``    the tenant's classifiers                     a classifier is added
-``training_jobs``  its jobs that are queued or training         a classifier is created
+``versions``       the versions of all its classifiers          a version is added (a create,
+                                                                a new version, an import)
+``training_jobs``  its jobs that are queued or training         a classifier or a version is
+                                                                created
 ``dataset_bytes``  bytes of its stored canonical CSVs           a dataset is stored (either
 ``dataset_rows``   rows of its stored canonical CSVs            kind: upload or NLC create)
 ``classify_rps``   classify calls per second (``service.ratelimit``)   every classify call
@@ -25,12 +28,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.errors import BadRequest, QuotaExceeded
-from service.models import Classifier, Dataset, JobState, Tenant, TenantQuota, TrainingJob
+from service.models import Classifier, ClassifierVersion, Dataset, JobState, Tenant, TenantQuota, TrainingJob
 from service.settings import Settings
 from service.tenancy import require_tenant
 
 _ACTIVE_JOBS = (JobState.QUEUED.value, JobState.TRAINING.value)
-_MAX_VALUE = dict.fromkeys(("classifiers", "training_jobs", "dataset_rows", "classify_rps"), 2**31 - 1)
+_MAX_VALUE = dict.fromkeys(
+    ("classifiers", "versions", "training_jobs", "dataset_rows", "classify_rps"), 2**31 - 1
+)
 _MAX_VALUE["dataset_bytes"] = 2**53  # BIGINT column; still exact as a JSON number
 
 
@@ -39,6 +44,7 @@ class Quotas:
     """The quotas in force for one tenant."""
 
     classifiers: int
+    versions: int
     training_jobs: int
     dataset_bytes: int
     dataset_rows: int
@@ -53,6 +59,7 @@ class Usage:
     """What a tenant holds now, in the units of its quotas."""
 
     classifiers: int
+    versions: int
     training_jobs: int
     dataset_bytes: int
     dataset_rows: int
@@ -87,6 +94,9 @@ def usage(session: Session, tenant_id: str) -> Usage:
     classifiers = session.scalar(
         select(func.count()).select_from(Classifier).where(Classifier.tenant_id == tenant_id)
     )
+    versions = session.scalar(
+        select(func.count()).select_from(ClassifierVersion).where(ClassifierVersion.tenant_id == tenant_id)
+    )
     jobs = session.scalar(
         select(func.count())
         .select_from(TrainingJob)
@@ -97,7 +107,7 @@ def usage(session: Session, tenant_id: str) -> Usage:
             func.coalesce(func.sum(Dataset.size_bytes), 0), func.coalesce(func.sum(Dataset.rows), 0)
         ).where(Dataset.tenant_id == tenant_id)
     ).one()
-    return Usage(int(classifiers or 0), int(jobs or 0), int(data_bytes), int(data_rows))
+    return Usage(int(classifiers or 0), int(versions or 0), int(jobs or 0), int(data_bytes), int(data_rows))
 
 
 def set_overrides(
@@ -131,9 +141,17 @@ def check_can_create_classifier(
     for the rest of the caller's transaction: call it in the transaction that adds the rows."""
     quotas, held = _locked(session, settings, tenant_id)
     _check("classifiers", quotas.classifiers, held.classifiers, 1)
-    _check("training_jobs", quotas.training_jobs, held.training_jobs, 1)
-    if dataset_bytes or dataset_rows:
-        _check_data(quotas, held, dataset_bytes, dataset_rows)
+    _check_training(quotas, held, dataset_bytes, dataset_rows)
+
+
+def check_can_add_version(
+    session: Session, settings: Settings, tenant_id: str, *, dataset_bytes: int = 0, dataset_rows: int = 0
+) -> None:
+    """Raise QuotaExceeded unless the tenant may add one version with one queued job to a
+    classifier (and, for an upload, a dataset of this size). Locks the tenant's row, as
+    :func:`check_can_create_classifier`."""
+    quotas, held = _locked(session, settings, tenant_id)
+    _check_training(quotas, held, dataset_bytes, dataset_rows)
 
 
 def check_can_import_classifier(session: Session, settings: Settings, tenant_id: str) -> None:
@@ -141,6 +159,7 @@ def check_can_import_classifier(session: Session, settings: Settings, tenant_id:
     the tenant's row, as :func:`check_can_create_classifier`."""
     quotas, held = _locked(session, settings, tenant_id)
     _check("classifiers", quotas.classifiers, held.classifiers, 1)
+    _check("versions", quotas.versions, held.versions, 1)
 
 
 def check_can_store_dataset(
@@ -157,6 +176,13 @@ def _locked(session: Session, settings: Settings, tenant_id: str) -> tuple[Quota
     # other inserts that merely reference the tenant (those take KEY SHARE); SQLite ignores it.
     session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True))
     return quotas_for(session, settings, tenant_id), usage(session, tenant_id)
+
+
+def _check_training(quotas: Quotas, held: Usage, dataset_bytes: int, dataset_rows: int) -> None:
+    _check("versions", quotas.versions, held.versions, 1)
+    _check("training_jobs", quotas.training_jobs, held.training_jobs, 1)
+    if dataset_bytes or dataset_rows:
+        _check_data(quotas, held, dataset_bytes, dataset_rows)
 
 
 def _check_data(quotas: Quotas, held: Usage, size_bytes: int, rows: int) -> None:

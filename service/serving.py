@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from service.batching import InferenceBatcher, Scores
 from service.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
-from service.models import ApiKey, Classifier, ClassifierStatus, TenantQuota
+from service.models import ApiKey, Classifier, ClassifierStatus, ClassifierVersion, TenantQuota
 from service.store import ArtifactStore
 from service.training_data import has_surrogates
 from trainer.errors import CheckpointCorrupt
@@ -36,11 +36,13 @@ _Key = tuple[str, str]
 
 @dataclass(frozen=True)
 class Servable:
-    """What classify needs of a classifier."""
+    """What classify needs of a classifier: its id, and the status and model of the version it
+    serves (``version`` None) or of the ``version`` a call pins."""
 
     id: str
     status: str
     model_dir: str | None
+    version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,20 @@ _LOOKUP = (
     )
     .where(ApiKey.key_hash == bindparam("digest"), ApiKey.revoked_at.is_(None))
 )
+
+
+def pinned(session: Session, classifier_id: str, number: int) -> Servable:
+    """Version ``number`` of the (already authorised) classifier, for a call that pins it with
+    ``?version=``; NotFound when it has none such."""
+    row = session.execute(
+        select(ClassifierVersion.status, ClassifierVersion.model_dir).where(
+            ClassifierVersion.classifier_id == classifier_id, ClassifierVersion.number == number
+        )
+    ).one_or_none()
+    session.rollback()
+    if row is None:
+        raise NotFound("version", str(number))
+    return Servable(classifier_id, row.status, row.model_dir, number)
 
 
 def lookup(session: Session, digest: str, classifier_id: str) -> ServingLookup | None:
@@ -210,9 +226,10 @@ async def classify(
     with concurrent calls, :mod:`service.batching`).
     """
     if classifier.status != ClassifierStatus.AVAILABLE.value or not classifier.model_dir:
-        raise Conflict(
-            f"classifier '{classifier.id}' is {classifier.status}; classify needs status Available"
-        )
+        what = f"classifier '{classifier.id}'"
+        if classifier.version is not None:
+            what = f"version {classifier.version} of {what}"
+        raise Conflict(f"{what} is {classifier.status}; classify needs status Available")
     try:
         model = await cache.aget(classifier.id, store.resolve(classifier.model_dir))
     except (CheckpointCorrupt, OSError) as exc:

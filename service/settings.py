@@ -114,6 +114,13 @@ class Settings(BaseSettings):
         description="Allow callback URLs on loopback, link-local, private and other non-public "
         "addresses (a receiver inside the operator's network; tests). Off: no SSRF through taas.",
     )
+    webhook_ca_file: Path | None = Field(
+        None,
+        description=(
+            "PEM file of the CAs that https receivers' certificates are checked against, for "
+            "receivers behind a private CA (default: the public CAs of the certifi bundle)."
+        ),
+    )
     webhook_timeout_seconds: float = Field(
         5.0, gt=0, description="Connect and read timeout of one webhook delivery attempt."
     )
@@ -140,6 +147,11 @@ class Settings(BaseSettings):
 
     # --- per-tenant quotas (defaults; the admin API overrides them per tenant) -------------
     quota_classifiers: int = Field(100, ge=0, description="Classifiers a tenant may have at once.")
+    quota_versions: int = Field(
+        1000,
+        ge=0,
+        description="Classifier versions (trained models) a tenant may keep, all classifiers together.",
+    )
     quota_training_jobs: int = Field(
         10, ge=0, description="Training jobs (queued or training) a tenant may have at once."
     )

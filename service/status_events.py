@@ -13,12 +13,20 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier, ClassifierStatus, Delivery, StatusEvent, WebhookAttempt, timestamp
+from service.models import (
+    ClassifierStatus,
+    ClassifierVersion,
+    Delivery,
+    StatusEvent,
+    WebhookAttempt,
+    timestamp,
+)
 
 STATUS_CHANGED = "classifier.status_changed"
+VERSION_PROMOTED = "classifier.version_promoted"
 LISTED_EVENTS = 100  # the newest events a listing shows
 
 
@@ -27,21 +35,23 @@ def record(
     *,
     tenant_id: str,
     classifier_id: str,
+    version: int | None,
     previous: str,
     status: str,
     description: str,
     callback_url: str | None,
     now: datetime,
+    type: str = STATUS_CHANGED,
 ) -> None:
-    """Add the event of a status change to the session (the caller commits it with the change).
-
-    With a ``callback_url`` the event is pending delivery at once.
-    """
+    """Add the event of a version's status change (or, with ``type``, of another change) to the
+    session; the caller commits it with the change. With a ``callback_url`` the event is pending
+    delivery at once."""
     session.add(
         StatusEvent(
             tenant_id=tenant_id,
             classifier_id=classifier_id,
-            type=STATUS_CHANGED,
+            version=version,
+            type=type,
             status=status,
             previous_status=previous,
             description=description,
@@ -54,18 +64,80 @@ def record(
 
 
 def record_created(
-    session: Session, classifier: Classifier, *, callback_url: str | None, now: datetime
+    session: Session, version: ClassifierVersion, *, callback_url: str | None, now: datetime
 ) -> None:
-    """Add the event of a new classifier: from Non Existent to its first status."""
+    """Add the event of a new version (a new classifier's first, or a retrain): from Non
+    Existent to its first status."""
     record(
         session,
-        tenant_id=classifier.tenant_id,
-        classifier_id=classifier.id,
+        tenant_id=version.tenant_id,
+        classifier_id=version.classifier_id,
+        version=version.number,
         previous=ClassifierStatus.NON_EXISTENT.value,
-        status=classifier.status,
-        description=classifier.status_description,
+        status=version.status,
+        description=version.status_description,
         callback_url=callback_url,
         now=now,
+    )
+
+
+def record_promoted(
+    session: Session,
+    *,
+    tenant_id: str,
+    classifier_id: str,
+    version: int,
+    replaced: int,
+    callback_url: str | None,
+    now: datetime,
+) -> None:
+    """Add the event of version ``version`` replacing version ``replaced`` as the serving one."""
+    record(
+        session,
+        tenant_id=tenant_id,
+        classifier_id=classifier_id,
+        version=version,
+        previous=ClassifierStatus.AVAILABLE.value,
+        status=ClassifierStatus.AVAILABLE.value,
+        description=f"Version {version} now serves; version {replaced} served before.",
+        callback_url=callback_url,
+        now=now,
+        type=VERSION_PROMOTED,
+    )
+
+
+def record_deleted(
+    session: Session,
+    *,
+    tenant_id: str,
+    classifier_id: str,
+    version: int,
+    previous: str,
+    description: str,
+    callback_url: str | None,
+    now: datetime,
+) -> None:
+    """Add the event of a deleted classifier or version: from its status to Non Existent."""
+    record(
+        session,
+        tenant_id=tenant_id,
+        classifier_id=classifier_id,
+        version=version,
+        previous=previous,
+        status=ClassifierStatus.NON_EXISTENT.value,
+        description=description,
+        callback_url=callback_url,
+        now=now,
+    )
+
+
+def forget_delivered(session: Session, classifier_id: str) -> None:
+    """Drop the events of a deleted classifier that need no more delivery (not committed); those
+    still pending stay until delivered or given up."""
+    session.execute(
+        delete(StatusEvent).where(
+            StatusEvent.classifier_id == classifier_id, StatusEvent.delivery != Delivery.PENDING.value
+        )
     )
 
 
@@ -76,6 +148,7 @@ def event_json(event: StatusEvent) -> dict[str, Any]:
         "type": event.type,
         "created": timestamp(event.created_at),
         "classifier_id": event.classifier_id,
+        "version": event.version,
         "status": event.status,
         "previous_status": event.previous_status,
         "status_description": event.description,

@@ -3,8 +3,8 @@
 Layout (paths in the database are relative to the root, POSIX style)::
 
     tenants/<tenant_id>/datasets/<dataset_id>.csv
-    tenants/<tenant_id>/classifiers/<classifier_id>/checkpoints/
-    tenants/<tenant_id>/classifiers/<classifier_id>/model/
+    tenants/<tenant_id>/classifiers/<classifier_id>/versions/<n>/checkpoints/
+    tenants/<tenant_id>/classifiers/<classifier_id>/versions/<n>/model/
     tmp/                                staging: files are validated here, then moved in
 
 Besides these path methods, the store has the key-based interface that every artifact backend
@@ -59,13 +59,19 @@ class ArtifactStore(TreeOps):
         """The folder holding everything a classifier owns (checkpoints, model)."""
         return self._tenant(tenant_id) / "classifiers" / _safe(classifier_id)
 
-    def checkpoint_dir(self, tenant_id: str, classifier_id: str) -> Path:
-        """The trainer's ``workdir`` for a classifier's job: checkpoints to resume from."""
-        return self.classifier_dir(tenant_id, classifier_id) / "checkpoints"
+    def version_dir(self, tenant_id: str, classifier_id: str, version: int) -> Path:
+        """The folder holding everything one version of a classifier owns."""
+        if version < 1:
+            raise ValueError(f"not a version number: {version!r}")
+        return self.classifier_dir(tenant_id, classifier_id) / "versions" / str(version)
 
-    def model_dir(self, tenant_id: str, classifier_id: str) -> Path:
-        """Where the trained model of a classifier is written."""
-        return self.classifier_dir(tenant_id, classifier_id) / "model"
+    def checkpoint_dir(self, tenant_id: str, classifier_id: str, version: int) -> Path:
+        """The trainer's ``workdir`` for a version's job: checkpoints to resume from."""
+        return self.version_dir(tenant_id, classifier_id, version) / "checkpoints"
+
+    def model_dir(self, tenant_id: str, classifier_id: str, version: int) -> Path:
+        """Where the trained model of a classifier's version is written."""
+        return self.version_dir(tenant_id, classifier_id, version) / "model"
 
     def temp_path(self, suffix: str = "") -> Path:
         """A fresh path in the staging folder (same file system as the store, so moves are atomic)."""

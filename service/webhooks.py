@@ -12,10 +12,13 @@ messages for one event make one attempt. Receivers dedupe on the event's ``id`` 
 
 from __future__ import annotations
 
+import functools
 import logging
+import ssl
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -148,7 +151,10 @@ def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | No
     try:
         # trust_env=False: no proxy from the environment, which would connect elsewhere.
         with httpx.Client(
-            timeout=settings.webhook_timeout_seconds, follow_redirects=False, trust_env=False
+            timeout=settings.webhook_timeout_seconds,
+            follow_redirects=False,
+            trust_env=False,
+            verify=_trusted(settings.webhook_ca_file),
         ) as client:
             request = client.build_request(
                 "POST", target.url, content=body, headers=headers, extensions=extensions
@@ -163,6 +169,14 @@ def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | No
     if response.is_success:
         return response.status_code, None
     return response.status_code, f"HTTP {response.status_code}: {excerpt}"
+
+
+@functools.lru_cache(maxsize=4)
+def _trusted(ca_file: Path | None) -> ssl.SSLContext | bool:
+    """What https receivers' certificates are checked against: the operator's CA file, else
+    httpx's default (the certifi bundle). The connection goes to the checked address and TLS
+    verifies the URL's host name (sent as SNI) against the certificate."""
+    return True if ca_file is None else ssl.create_default_context(cafile=str(ca_file))
 
 
 def _excerpt(response: httpx.Response) -> str:

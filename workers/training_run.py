@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service import history
 from service.db import make_engine, session_factory
+from service.invalidation import announce
 from service.jobs import (
     BackOff,
     JobContext,
@@ -47,6 +48,7 @@ from service.jobs import (
     release_job,
     retry_job,
 )
+from service.models import Classifier
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.checkpoint import list_checkpoints
@@ -177,7 +179,7 @@ class _JobRun:
         self.checkpoints = _CheckpointWatcher(workdir, lease, self, self.resumed_from)
         # Each claim writes its own model folder, and only the fenced finish_job decides which
         # one the classifier points at: a worker that lost its lease overwrites nothing.
-        models = self.store.model_dir(context.tenant_id, context.classifier_id)
+        models = self.store.model_dir(context.tenant_id, context.classifier_id, context.version)
         model_dir = models / f"epoch-{lease.epoch}"
         staging = self.store.temp_path(".model")
         try:
@@ -211,6 +213,8 @@ class _JobRun:
             self.store.delete_tree(model_dir)
             self._clean_if_deleted(context)
             return
+        # The classifier may serve this model now (a promote): API replicas drop cached lookups.
+        announce(self.settings.redis_url, context.tenant_id)
         self.store.delete_tree(checkpoints)
         self.store.delete_tree(models, keep=model_dir)
         log.info(
@@ -275,11 +279,18 @@ class _JobRun:
             return record_checkpoint(session, lease, path=self.store.relative(path), step=step, now=_now())
 
     def _clean_if_deleted(self, context: JobContext) -> None:
-        """A classifier deleted while training: remove what this worker wrote after the API
-        removed its files (a last checkpoint)."""
+        """A classifier or version deleted while training: remove what this worker wrote after
+        the API removed its files (a last checkpoint)."""
         with self.sessions() as session:
-            if job_context(session, self.job_id) is None:
-                self.store.delete_classifier(context.tenant_id, context.classifier_id)
+            if job_context(session, self.job_id) is not None:
+                return
+            classifier_gone = session.get(Classifier, context.classifier_id) is None
+        if classifier_gone:
+            self.store.delete_classifier(context.tenant_id, context.classifier_id)
+        else:
+            self.store.delete_tree(
+                self.store.version_dir(context.tenant_id, context.classifier_id, context.version)
+            )
 
     def _fail(self, lease: JobLease, reason: str) -> None:
         with self.sessions() as session:

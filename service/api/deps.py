@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from anyio import to_thread
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import classifiers, datasets, serving
@@ -135,6 +135,14 @@ async def _serving_target(
     request: Request,
     authorization: Annotated[str | None, Header()] = None,
     x_api_key: Annotated[str | None, Header()] = None,
+    version: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=2**31 - 1,
+            description="Classify with this version (extension); default: the serving one.",
+        ),
+    ] = None,
 ) -> ServingTarget:
     # The hot path, kept to one dependency (FastAPI's per-dependency cost is real here). The
     # caller, its rate and the classifier come from the lookup cache, else from one query on a
@@ -166,7 +174,17 @@ async def _serving_target(
         with sessions() as fresh:
             return fresh.get(Classifier, classifier_pk) is not None
 
-    return ServingTarget(found.classifier, still_exists, state.settings, state.store, models)
+    classifier = found.classifier
+    if version is not None:
+        classifier = await to_thread.run_sync(
+            _pinned, sessions, classifier_pk, version, limiter=models.threads
+        )
+    return ServingTarget(classifier, still_exists, state.settings, state.store, models)
+
+
+def _pinned(sessions: sessionmaker[Session], classifier_id: str, version: int) -> serving.Servable:
+    with sessions() as session:
+        return serving.pinned(session, classifier_id, version)
 
 
 def _lookup(

@@ -64,10 +64,12 @@ class FastClassify:
 
     @staticmethod
     def takes(scope: Scope) -> bool:
-        """Whether ``scope`` is a classify or classify_collection call."""
+        """Whether ``scope`` is a classify or classify_collection call of the serving version
+        (a call with a query string, such as ``?version=``, takes the route)."""
         return (
             scope["type"] == "http"
             and scope["method"] == "POST"
+            and not scope.get("query_string")
             and _PATH.fullmatch(scope["path"]) is not None
         )
 

@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session
 
-from service import classifiers, datasets, quotas
-from service.api.schemas import CreateFromDataset
+from service import classifiers, datasets, quotas, versions
+from service.api.schemas import CreateFromDataset, VersionFromDataset
 from service.api.uploads import RAW_BODY, Upload
 from service.callback_urls import UnsafeCallback, check_callback_url
 from service.errors import BadRequest
-from service.models import Classifier, Dataset, utcnow
+from service.models import Classifier, ClassifierVersion, Dataset, Promote, utcnow
 from service.settings import Settings
 from service.store import ArtifactStore
 from service.training_data import Limits, unprintable
@@ -30,8 +30,8 @@ DATASET_PARTS = frozenset({TRAINING_DATA, "file"})
 def classifier_from_upload(
     upload: Upload, session: Session, store: ArtifactStore, settings: Settings, tenant_id: str
 ) -> Classifier:
-    """NLC create: ``training_metadata`` JSON ``{"language", "name"}`` (and, an extension, a
-    ``callback_url`` for status webhooks) + headerless ``training_data`` CSV."""
+    """NLC create: ``training_metadata`` JSON ``{"language", "name"}`` (and, extensions, a
+    ``callback_url`` for status webhooks and ``promote``) + headerless ``training_data`` CSV."""
     try:
         metadata = _metadata(upload.fields.get(TRAINING_METADATA))
         name = metadata.get("name", "")
@@ -43,11 +43,8 @@ def classifier_from_upload(
             raise BadRequest("training_metadata.name", problem)
         language = classifiers.check_language(metadata.get("language"))
         callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
-        if TRAINING_DATA not in upload.files:
-            raise BadRequest(TRAINING_DATA, "the multipart part 'training_data' is required")
-        staged = datasets.stage_upload(
-            store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings)
-        )
+        promote = _promote(metadata.get("promote", Promote.AUTO.value))
+        staged = _stage_training_data(upload, store, settings)
         _or_discard(
             staged,
             lambda: quotas.check_can_create_classifier(
@@ -67,10 +64,54 @@ def classifier_from_upload(
             language=language,
             source=staged,
             now=utcnow(),
+            promote=promote,
             callback_url=callback_url,
         )
     finally:
         upload.discard()
+
+
+def version_from_upload(
+    upload: Upload, session: Session, store: ArtifactStore, settings: Settings, classifier: Classifier
+) -> ClassifierVersion:
+    """New version (extension), as NLC create: headerless ``training_data`` CSV and an optional
+    ``training_metadata`` JSON with a ``callback_url``."""
+    try:
+        raw = upload.fields.get(TRAINING_METADATA)
+        metadata = {} if raw is None else _metadata(raw)
+        callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
+        staged = _stage_training_data(upload, store, settings)
+        _or_discard(
+            staged,
+            lambda: quotas.check_can_add_version(
+                session,
+                settings,
+                classifier.tenant_id,
+                dataset_bytes=staged.summary.size_bytes,
+                dataset_rows=staged.summary.rows,
+            ),
+        )
+        return versions.create_version(
+            session, store, settings, classifier, source=staged, now=utcnow(), callback_url=callback_url
+        )
+    finally:
+        upload.discard()
+
+
+def version_from_dataset(
+    spec: VersionFromDataset,
+    session: Session,
+    store: ArtifactStore,
+    settings: Settings,
+    classifier: Classifier,
+) -> ClassifierVersion:
+    """New version (extension): train on the tenant's stored dataset ``spec.dataset_id``."""
+    callback_url = _callback_url(spec.callback_url, "callback_url", settings)
+    dataset = datasets.get_dataset(session, classifier.tenant_id, spec.dataset_id)
+    quotas.check_can_add_version(session, settings, classifier.tenant_id)
+    return versions.create_version(
+        session, store, settings, classifier, source=dataset, now=utcnow(), callback_url=callback_url
+    )
 
 
 def classifier_from_dataset(
@@ -89,6 +130,7 @@ def classifier_from_dataset(
         language=classifiers.check_language(spec.language),
         source=dataset,
         now=utcnow(),
+        promote=spec.promote,
         callback_url=callback_url,
     )
 
@@ -125,6 +167,21 @@ def dataset_from_upload(
         )
     finally:
         upload.discard()
+
+
+def _stage_training_data(upload: Upload, store: ArtifactStore, settings: Settings) -> datasets.StagedDataset:
+    if TRAINING_DATA not in upload.files:
+        raise BadRequest(TRAINING_DATA, "the multipart part 'training_data' is required")
+    return datasets.stage_upload(store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings))
+
+
+def _promote(value: object) -> Promote:
+    if not isinstance(value, str) or value not in {p.value for p in Promote}:
+        raise BadRequest(
+            "training_metadata.promote",
+            'must be "auto" (a newer Available version serves at once) or "manual" (on a promote call)',
+        )
+    return Promote(value)
 
 
 def _or_discard(staged: datasets.StagedDataset, check: Callable[[], None]) -> None:

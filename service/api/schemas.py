@@ -10,8 +10,10 @@ from service.models import (
     ApiKey,
     Classifier,
     ClassifierStatus,
+    ClassifierVersion,
     Dataset,
     JobEvent,
+    Promote,
     StatusEvent,
     Tenant,
     TrainingJob,
@@ -41,6 +43,14 @@ class CreateFromDataset(BaseModel):
 
     name: str = Field(min_length=1, max_length=256)
     language: str = "en"
+    dataset_id: str
+    callback_url: str | None = None
+    promote: Promote = Promote.AUTO
+
+
+class VersionFromDataset(BaseModel):
+    """JSON new version (extension): train the next version on a stored dataset."""
+
     dataset_id: str
     callback_url: str | None = None
 
@@ -73,12 +83,16 @@ class ClassifierList(BaseModel):
 
 
 class ClassifierInfo(ClassifierSummary):
-    """A classifier with its status; ``progress`` and ``metrics`` are taas extensions."""
+    """A classifier with its status (its serving version's, or while none serves its newest's);
+    ``progress``, ``metrics`` and the version fields are taas extensions."""
 
     status: str
     status_description: str
     progress: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
+    serving_version: int | None = None
+    latest_version: int = 1
+    promote: str = Promote.AUTO.value
 
     @classmethod
     def build_info(cls, c: Classifier, job: TrainingJob | None, base_url: str) -> ClassifierInfo:
@@ -90,7 +104,54 @@ class ClassifierInfo(ClassifierSummary):
             status_description=c.status_description,
             progress=_progress(job),
             metrics=c.metrics if c.status == ClassifierStatus.AVAILABLE.value else None,
+            serving_version=c.serving_version,
+            latest_version=c.latest_version,
+            promote=c.promote,
         )
+
+
+class VersionInfo(BaseModel):
+    """One version of a classifier (extension): its status, dataset, metrics once Available,
+    its training's progress, and whether it serves."""
+
+    classifier_id: str
+    version: int
+    url: str
+    serving: bool
+    status: str
+    status_description: str
+    dataset_id: str | None
+    created: str
+    updated: str
+    progress: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+
+    @classmethod
+    def build(
+        cls, c: Classifier, v: ClassifierVersion, job: TrainingJob | None, base_url: str
+    ) -> VersionInfo:
+        """The view of version ``v`` of ``c``, with its job's progress."""
+        return cls(
+            classifier_id=c.id,
+            version=v.number,
+            url=f"{base_url}/v1/classifiers/{c.id}/versions/{v.number}",
+            serving=c.serving_version == v.number,
+            status=v.status,
+            status_description=v.status_description,
+            dataset_id=v.dataset_id,
+            created=timestamp(v.created_at),
+            updated=timestamp(v.updated_at),
+            progress=_progress(job),
+            metrics=v.metrics if v.status == ClassifierStatus.AVAILABLE.value else None,
+        )
+
+
+class VersionList(BaseModel):
+    """``GET /v1/classifiers/{id}/versions``: every version, oldest first."""
+
+    classifier_id: str
+    serving_version: int | None
+    versions: list[VersionInfo]
 
 
 def _progress(job: TrainingJob | None) -> dict[str, Any] | None:
@@ -165,6 +226,7 @@ class StatusEventInfo(BaseModel):
     type: str
     created: str
     classifier_id: str
+    version: int | None
     status: str
     previous_status: str
     status_description: str
@@ -370,6 +432,7 @@ class QuotaValues(BaseModel):
     """A value for each quota."""
 
     classifiers: int
+    versions: int
     training_jobs: int
     dataset_bytes: int
     dataset_rows: int
@@ -380,6 +443,7 @@ class QuotaUsage(BaseModel):
     """What a tenant holds now (its classify rate is not stored)."""
 
     classifiers: int
+    versions: int
     training_jobs: int
     dataset_bytes: int
     dataset_rows: int
@@ -392,6 +456,7 @@ class QuotaOverrides(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     classifiers: int | None = Field(None, ge=0, le=_INT32_MAX)
+    versions: int | None = Field(None, ge=0, le=_INT32_MAX)
     training_jobs: int | None = Field(None, ge=0, le=_INT32_MAX)
     dataset_bytes: int | None = Field(None, ge=0, le=_BYTES_MAX)
     dataset_rows: int | None = Field(None, ge=0, le=_INT32_MAX)

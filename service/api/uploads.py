@@ -10,6 +10,7 @@ has a file name — the ibm-watson SDK sends none). The caller removes the files
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,11 +177,12 @@ async def _read_multipart(
 
 class BodyLimit:
     """ASGI middleware: every request body has a limit, checked on ``Content-Length`` before the
-    app runs and counted while it streams. Upload routes (``upload_paths`` prefixes, POST) may
-    send ``upload_bytes``; every other route, whose bodies are small JSON, ``json_bytes``."""
+    app runs and counted while it streams. Upload routes (POST to a path that ``upload_paths``
+    matches whole) may send ``upload_bytes``; every other route, whose bodies are small JSON,
+    ``json_bytes``."""
 
     def __init__(
-        self, app: ASGIApp, *, upload_bytes: int, json_bytes: int, upload_paths: tuple[str, ...]
+        self, app: ASGIApp, *, upload_bytes: int, json_bytes: int, upload_paths: re.Pattern[str]
     ) -> None:
         self.app = app
         self.upload_bytes, self.json_bytes, self.upload_paths = upload_bytes, json_bytes, upload_paths
@@ -190,7 +192,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"].rstrip("/")
-        is_upload = scope["method"] == "POST" and path in self.upload_paths
+        is_upload = scope["method"] == "POST" and self.upload_paths.fullmatch(path) is not None
         limit = self.upload_bytes if is_upload else self.json_bytes
         declared = _content_length(scope)
         if declared is not None and declared > limit:

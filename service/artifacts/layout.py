@@ -24,11 +24,18 @@ def classifier_prefix(tenant_id: str, classifier_id: str) -> str:
     return f"{tenant_prefix(tenant_id)}/classifiers/{_ident(classifier_id)}"
 
 
-def checkpoint_prefix(tenant_id: str, classifier_id: str) -> str:
-    """A classifier's training checkpoints."""
-    return f"{classifier_prefix(tenant_id, classifier_id)}/checkpoints"
+def version_prefix(tenant_id: str, classifier_id: str, version: int) -> str:
+    """Everything one version of a classifier owns (checkpoints, model)."""
+    if version < 1:
+        raise ValueError(f"not a version number: {version!r}")
+    return f"{classifier_prefix(tenant_id, classifier_id)}/versions/{version}"
 
 
-def model_prefix(tenant_id: str, classifier_id: str) -> str:
-    """A classifier's trained model folder."""
-    return f"{classifier_prefix(tenant_id, classifier_id)}/model"
+def checkpoint_prefix(tenant_id: str, classifier_id: str, version: int) -> str:
+    """The training checkpoints of a classifier's version."""
+    return f"{version_prefix(tenant_id, classifier_id, version)}/checkpoints"
+
+
+def model_prefix(tenant_id: str, classifier_id: str, version: int) -> str:
+    """The trained model folders of a classifier's version."""
+    return f"{version_prefix(tenant_id, classifier_id, version)}/model"

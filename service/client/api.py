@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +64,14 @@ class Api:
                 "POST", "/v1/datasets", params=params, content=data, headers={"Content-Type": kind}
             )
 
-    def create_from_nlc_csv(self, path: Path, name: str, language: str) -> Any:
-        """NLC create: a headerless ``text,class`` CSV in a multipart upload."""
-        metadata = {"name": name, "language": language}
-        with _open(path) as data:
-            files: Mapping[str, Any] = {
-                "training_data": (path.name, data, "text/csv"),
-                "training_metadata": (None, json.dumps(metadata), "application/json"),
-            }
-            return self.call("POST", "/v1/classifiers", files=files)
+    def post_nlc_csv(self, path: str, file: Path, metadata: dict[str, str] | None) -> Any:
+        """POST a headerless ``text,class`` CSV (and ``training_metadata``) as NLC's multipart
+        upload: a create, or a new version."""
+        with _open(file) as data:
+            files: dict[str, Any] = {"training_data": (file.name, data, "text/csv")}
+            if metadata is not None:
+                files["training_metadata"] = (None, json.dumps(metadata), "application/json")
+            return self.call("POST", path, files=files)
 
 
 def _describe(reply: httpx.Response) -> str:

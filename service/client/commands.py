@@ -1,5 +1,5 @@
 """The client commands of ``taas``: log in, upload, train (with a live progress bar), classify,
-manage classifiers and, with the admin key, tenants.
+manage classifiers and their versions and, with the admin key, tenants.
 
 Every command prints a readable table or line, or with ``--json`` the server's JSON reply for
 scripts; any failure is one line on stderr (``error: ...``) and exit status 1.
@@ -28,12 +28,15 @@ R = TypeVar("R")
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the server's JSON reply (for scripts).")
 POLL_SECONDS = 1.0
-ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # the classifier's end states and exit codes
+ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # end states (classifier, version), exit codes
 
 out = Console()
 err = Console(stderr=True)
 datasets = typer.Typer(no_args_is_help=True, help="Labelled training data stored on the platform.")
-classifiers = typer.Typer(no_args_is_help=True, help="Your classifiers: list, show, delete, cancel training.")
+classifiers = typer.Typer(
+    no_args_is_help=True,
+    help="Your classifiers: list, show, delete, cancel training; retrain, promote, roll back.",
+)
 tenants = typer.Typer(no_args_is_help=True, help="Tenants and their keys (admin key only).")
 
 
@@ -115,14 +118,16 @@ def train(
             body = {"name": name, "language": language, "dataset_id": dataset["dataset_id"]}
             created = api.call("POST", "/v1/classifiers", json=body)
         else:
-            created = api.create_from_nlc_csv(file, name, language)
+            metadata = {"name": name, "language": language}
+            created = api.post_nlc_csv("/v1/classifiers", file, metadata)
         if not as_json:
             out.print(f"classifier {created['classifier_id']} ({name}) is training")
-        final = _follow(api, created["classifier_id"], show=not as_json) if wait else created
+        path = f"/v1/classifiers/{created['classifier_id']}"
+        final = _follow(api, path, show=not as_json) if wait else created
     if as_json:
         _print_json(final)
     if wait:
-        _ended(final, quiet=as_json)
+        _ended(final, f"classifier {final['classifier_id']}", quiet=as_json)
 
 
 @_one_line_errors
@@ -226,6 +231,74 @@ def cancel_classifier(
     out.print(f"{classifier_id}: {reply['status']}")
 
 
+@classifiers.command("versions")
+@_one_line_errors
+def list_versions(
+    classifier_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION
+) -> None:
+    """A classifier's versions: status, accuracy, and which one serves."""
+    with _api() as api:
+        found = api.call("GET", f"/v1/classifiers/{classifier_id}/versions")
+    if as_json:
+        return _print_json(found)
+    table = _table("version", "serving", "status", "accuracy", "created")
+    for v in found["versions"]:
+        accuracy = (v.get("metrics") or {}).get("accuracy")
+        table.add_row(
+            str(v["version"]),
+            "*" if v["serving"] else "",
+            v["status"],
+            "" if accuracy is None else f"{accuracy:.3f}",
+            v["created"],
+        )
+    out.print(table)
+
+
+@classifiers.command("retrain")
+@_one_line_errors
+def retrain(
+    classifier_id: str = typer.Argument(..., metavar="ID"),
+    file: Path = typer.Argument(
+        ..., help="Training data: CSV with a text,label header, JSON Lines, or NLC CSV."
+    ),
+    wait: bool = typer.Option(
+        False, "--wait", help="Follow the training to its end; exit 1 unless Available."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Train the next version of a classifier on FILE; the serving version keeps serving."""
+    versions = f"/v1/classifiers/{classifier_id}/versions"
+    with _api() as api:
+        if _is_labelled(file):
+            dataset = api.upload_dataset(file, file.stem)
+            created = api.call("POST", versions, json={"dataset_id": dataset["dataset_id"]})
+        else:
+            created = api.post_nlc_csv(versions, file, None)
+        label = f"version {created['version']} of {classifier_id}"
+        if not as_json:
+            out.print(f"{label} is training")
+        final = _follow(api, f"{versions}/{created['version']}", show=not as_json) if wait else created
+    if as_json:
+        _print_json(final)
+    if wait:
+        _ended(final, label, quiet=as_json)
+
+
+@classifiers.command("promote")
+@_one_line_errors
+def promote(
+    classifier_id: str = typer.Argument(..., metavar="ID"),
+    version: int = typer.Argument(..., metavar="N", help="The version to serve (an older one rolls back)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Serve version N of a classifier, on every API replica at once."""
+    with _api() as api:
+        reply = api.call("POST", f"/v1/classifiers/{classifier_id}/versions/{version}/promote")
+    if as_json:
+        return _print_json(reply)
+    out.print(f"{classifier_id}: version {version} serves")
+
+
 @tenants.command("create")
 @_one_line_errors
 def create_tenant(name: str, as_json: bool = JSON_OPTION) -> None:
@@ -289,8 +362,9 @@ def _is_labelled(file: Path) -> bool:
     return {"text", "label"} <= {cell.strip().lower() for cell in header}
 
 
-def _follow(api: Api, classifier_id: str, *, show: bool) -> Any:
-    """Poll the classifier until it ends, drawing a progress bar when ``show``; its last state."""
+def _follow(api: Api, path: str, *, show: bool) -> Any:
+    """Poll the classifier or version at ``path`` until it ends, drawing a progress bar when
+    ``show``; its last state."""
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -300,7 +374,7 @@ def _follow(api: Api, classifier_id: str, *, show: bool) -> Any:
     with Progress(*columns, console=err, disable=not show) as bar:
         task = bar.add_task("queued", total=None, detail="")
         while True:
-            found = api.call("GET", f"/v1/classifiers/{classifier_id}")
+            found = api.call("GET", path)
             progress = found.get("progress") or {}
             total = progress.get("total_steps")
             bar.update(
@@ -333,14 +407,11 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def _ended(final: Any, *, quiet: bool) -> None:
-    """Exit 1 with the reason unless the classifier ended Available."""
+def _ended(final: Any, label: str, *, quiet: bool) -> None:
+    """Exit 1 with the reason unless the classifier or version (``label``) ended Available."""
     status = final["status"]
     if ENDED[status]:
-        err.print(
-            f"error: classifier {final['classifier_id']} is {status}: {final['status_description']}",
-            markup=False,
-        )
+        err.print(f"error: {label} is {status}: {final['status_description']}", markup=False)
         raise typer.Exit(ENDED[status])
     if not quiet:
-        out.print(f"classifier {final['classifier_id']} is Available")
+        out.print(f"{label} is Available")

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from service import observe, quotas, tenancy
 from service.errors import NotFound
 from service.history import HISTORY_KEY
-from service.models import Classifier, JobEvent, JobState, Tenant, TrainingJob
+from service.models import Classifier, ClassifierVersion, JobEvent, JobState, Tenant, TrainingJob
 from service.settings import Settings
 from service.worker_registry import WorkerRegistry
 
@@ -86,12 +86,18 @@ def job_list(session: Session, where: JobFilter) -> dict[str, Any]:
 
 
 def job_detail(session: Session, job_id: str) -> dict[str, Any]:
-    """One job: its row, progress and time series, timeline and classifier metrics."""
+    """One job: its row, progress and time series, timeline, and the status and metrics of the
+    classifier version it trains."""
     job = session.get(TrainingJob, job_id)
     if job is None:
         raise NotFound("training job", job_id)
     classifier = session.get(Classifier, job.classifier_id)
-    assert classifier is not None  # a job is deleted with its classifier
+    trained = session.scalar(
+        select(ClassifierVersion).where(
+            ClassifierVersion.classifier_id == job.classifier_id, ClassifierVersion.number == job.version
+        )
+    )
+    assert classifier is not None and trained is not None  # a job is deleted with its version
     progress = dict(job.progress or {})
     events = session.scalars(select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id))
     return {
@@ -116,9 +122,11 @@ def job_detail(session: Session, job_id: str) -> dict[str, Any]:
             for e in events
         ],
         "model": {
-            "status": classifier.status,
-            "status_description": classifier.status_description,
-            "metrics": classifier.metrics,
+            "version": job.version,
+            "serving": classifier.serving_version == job.version,
+            "status": trained.status,
+            "status_description": trained.status_description,
+            "metrics": trained.metrics,
         },
     }
 

@@ -69,6 +69,16 @@ def test_admin_and_tenant_work_through_the_client(
     assert (
         junk.exit_code == 1 and junk.stderr.count("\n") == 1 and "not a complete taas bundle" in junk.stderr
     )
+    # versions: retrain on the NLC CSV (waiting), list them, roll back to version 1
+    retrained = _json(taas("classifiers", "retrain", classifier_id, str(intents_nlc), "--wait", "--json"))
+    assert (retrained["version"], retrained["status"], retrained["serving"]) == (2, "Available", True)  # type: ignore[index]
+    listing = taas("classifiers", "versions", classifier_id)
+    assert listing.exit_code == 0 and "Available" in listing.stdout and "*" in listing.stdout
+    assert "version 1 serves" in taas("classifiers", "promote", classifier_id, "1").stdout
+    versions = _json(taas("classifiers", "versions", classifier_id, "--json"))
+    assert [(v["version"], v["serving"]) for v in versions["versions"]] == [(1, True), (2, False)]  # type: ignore[index]
+    refused = taas("classifiers", "promote", classifier_id, "7")
+    assert refused.exit_code == 1 and "404" in refused.stderr
     # classifiers: list, show, cancel (not training: a readable 409), delete
     assert [c["name"] for c in _json(taas("classifiers", "list", "--json"))] == ["cli-intents"]  # type: ignore[union-attr]
     assert "Available" in taas("classifiers", "show", classifier_id).stdout

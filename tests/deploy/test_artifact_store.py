@@ -115,7 +115,7 @@ def test_tree_sync_for_node_local_working_copies(backend: ArtifactBackend, tmp_p
     (work / "ckpt-1").write_bytes(b"one")
     (work / "sub" / "meta.json").write_bytes(b"{}")
     (work / ".ckpt-2.abc.tmp").write_bytes(b"half-written")  # never synced
-    prefix = layout.checkpoint_prefix("t1", "c1")
+    prefix = layout.checkpoint_prefix("t1", "c1", 1)
     assert backend.upload_tree(work, prefix) == 2
     assert backend.list_keys(prefix) == [f"{prefix}/ckpt-1", f"{prefix}/sub/meta.json"]
 
@@ -143,8 +143,9 @@ def test_invalid_keys_are_refused(backend: ArtifactBackend, key: str) -> None:
     "call",
     [
         lambda: layout.dataset_key("t/1", "d"),
-        lambda: layout.model_prefix("..", "c"),
-        lambda: layout.checkpoint_prefix("t", ""),
+        lambda: layout.model_prefix("..", "c", 1),
+        lambda: layout.checkpoint_prefix("t", "", 1),
+        lambda: layout.model_prefix("t", "c", 0),
     ],
 )
 def test_layout_refuses_bad_identifiers(call: Callable[[], str]) -> None:
@@ -156,8 +157,9 @@ def test_layout_keys_match_the_local_paths(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path)
     assert store.relative(store.dataset_path("t", "d")) == layout.dataset_key("t", "d")
     assert store.relative(store.classifier_dir("t", "c")) == layout.classifier_prefix("t", "c")
-    assert store.relative(store.checkpoint_dir("t", "c")) == layout.checkpoint_prefix("t", "c")
-    assert store.relative(store.model_dir("t", "c")) == layout.model_prefix("t", "c")
+    assert store.relative(store.version_dir("t", "c", 2)) == layout.version_prefix("t", "c", 2)
+    assert store.relative(store.checkpoint_dir("t", "c", 2)) == layout.checkpoint_prefix("t", "c", 2)
+    assert store.relative(store.model_dir("t", "c", 2)) == layout.model_prefix("t", "c", 2)
 
 
 def test_local_keys_and_paths_are_one_store(tmp_path: Path) -> None:

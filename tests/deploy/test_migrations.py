@@ -7,6 +7,7 @@ Whatever the head is gets tested: the chain is read from ``migrations/versions``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from service.models import Base
@@ -136,3 +137,68 @@ def test_every_step_downgrades_one_revision_at_a_time(fresh_url: str) -> None:
         assert _schema(fresh_url) == schema
         previous = schema
     assert _diff(fresh_url) == []
+
+
+def test_0005_makes_every_existing_classifier_its_own_version_1(fresh_url: str) -> None:
+    """Data written before versions existed: each classifier becomes version 1 (its dataset,
+    status, model and metrics), serving when Available, and its jobs train version 1."""
+    config = _config(fresh_url)
+    command.upgrade(config, "0004")
+    engine = create_engine(fresh_url)
+    at = "2026-01-01 12:00:00"
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tenants (id, name, created_at, webhook_secret) "
+                    "VALUES ('t', 't', :at, 'whsec_x')"
+                ),
+                {"at": at},
+            )
+            for cid, status, model_dir in (("ready", "Available", "m/ready"), ("busy", "Training", None)):
+                conn.execute(
+                    text(
+                        "INSERT INTO classifiers (id, tenant_id, name, language, status, status_description, "
+                        "model_dir, metrics, created_at, updated_at) "
+                        "VALUES (:id, 't', :id, 'en', :status, 'd', :model_dir, :metrics, :at, :at)"
+                    ),
+                    {
+                        "id": cid,
+                        "status": status,
+                        "model_dir": model_dir,
+                        "metrics": '{"accuracy": 0.9}' if model_dir else None,
+                        "at": at,
+                    },
+                )
+                conn.execute(
+                    text(
+                        "INSERT INTO training_jobs (id, classifier_id, tenant_id, state, attempts, epoch, "
+                        "checkpoint_dir, failures, created_at, updated_at) "
+                        "VALUES (:job, :id, 't', 'queued', 0, 0, 'c', 0, :at, :at)"
+                    ),
+                    {"job": f"job-{cid}", "id": cid, "at": at},
+                )
+        command.upgrade(config, "0005")
+        with engine.connect() as conn:
+            versions = conn.execute(
+                text(
+                    "SELECT classifier_id, number, status, model_dir, metrics FROM classifier_versions "
+                    "ORDER BY classifier_id"
+                )
+            ).all()
+            views = conn.execute(
+                text("SELECT id, serving_version, latest_version, promote FROM classifiers ORDER BY id")
+            ).all()
+            jobs = conn.execute(
+                text("SELECT classifier_id, version FROM training_jobs ORDER BY classifier_id")
+            ).all()
+    finally:
+        engine.dispose()
+    assert [(v.classifier_id, v.number, v.status, v.model_dir) for v in versions] == [
+        ("busy", 1, "Training", None),
+        ("ready", 1, "Available", "m/ready"),
+    ]
+    metrics = versions[1].metrics
+    assert (metrics if isinstance(metrics, dict) else json.loads(metrics)) == {"accuracy": 0.9}
+    assert [tuple(v) for v in views] == [("busy", None, 1, "auto"), ("ready", 1, 1, "auto")]
+    assert [tuple(j) for j in jobs] == [("busy", 1), ("ready", 1)]

@@ -34,6 +34,12 @@ ID_ROUTES = [
     ("POST", "/v1/classifiers/{classifier_id}/resume"),
     ("GET", "/v1/classifiers/{classifier_id}/events"),
     ("GET", "/v1/classifiers/{classifier_id}/bundle"),
+    ("GET", "/v1/classifiers/{classifier_id}/versions"),
+    ("POST", "/v1/classifiers/{classifier_id}/versions"),
+    ("GET", "/v1/classifiers/{classifier_id}/versions/{version}"),
+    ("DELETE", "/v1/classifiers/{classifier_id}/versions/{version}"),
+    ("POST", "/v1/classifiers/{classifier_id}/versions/{version}/promote"),
+    ("GET", "/v1/classifiers/{classifier_id}/versions/{version}/bundle"),
     ("GET", "/v1/datasets/{dataset_id}"),
     ("DELETE", "/v1/datasets/{dataset_id}"),
 ]
@@ -62,8 +68,12 @@ def test_another_tenants_id_is_404_exactly_like_an_unknown_one(
     client: TestClient, estate_factory: Callable[[], Any], method: str, template: str
 ) -> None:
     alice, bob = estate_factory(), estate_factory()
-    theirs = {"classifier_id": alice.classifier["classifier_id"], "dataset_id": alice.dataset["dataset_id"]}
-    unknown = {"classifier_id": str(uuid.uuid4()), "dataset_id": str(uuid.uuid4())}
+    theirs = {
+        "classifier_id": alice.classifier["classifier_id"],
+        "dataset_id": alice.dataset["dataset_id"],
+        "version": "1",
+    }
+    unknown = {"classifier_id": str(uuid.uuid4()), "dataset_id": str(uuid.uuid4()), "version": "1"}
 
     foreign = _call(client, method, template, theirs, bob.tenant.headers)
     missing = _call(client, method, template, unknown, bob.tenant.headers)

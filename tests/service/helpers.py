@@ -60,14 +60,19 @@ def train_tiny_model(root: Path) -> Path:
 
 
 def make_available(
-    session: Session, store: ArtifactStore, tenant_id: str, classifier_id: str, model: Path
+    session: Session, store: ArtifactStore, tenant_id: str, classifier_id: str, model: Path, version: int = 1
 ) -> str:
-    """Take a just-created classifier through the job state machine to Available with ``model``."""
-    job_id = session.scalar(select(TrainingJob.id).where(TrainingJob.classifier_id == classifier_id))
+    """Take a classifier's just-created ``version`` through the job state machine to Available
+    with ``model``."""
+    job_id = session.scalar(
+        select(TrainingJob.id).where(
+            TrainingJob.classifier_id == classifier_id, TrainingJob.version == version
+        )
+    )
     assert job_id is not None
     lease = jobs.claim_job(session, job_id, "test-worker", now=utcnow(), lease=timedelta(seconds=60))
     assert lease is not None
-    model_dir = store.model_dir(tenant_id, classifier_id)
+    model_dir = store.model_dir(tenant_id, classifier_id, version) / f"epoch-{lease.epoch}"
     shutil.copytree(model, model_dir)
     assert jobs.finish_job(
         session, lease, model_dir=store.relative(model_dir), metrics={"accuracy": 1.0}, now=utcnow()

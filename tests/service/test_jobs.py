@@ -27,7 +27,9 @@ def job_id(session: Session) -> str:
     classifier = Classifier(tenant_id=tenant.id, name="c", language="en", created_at=T0, updated_at=T0)
     session.add(classifier)
     session.flush()
-    job = jobs.create_job(session, classifier, checkpoint_dir="x/checkpoints", now=T0)
+    job = jobs.create_job(
+        session, classifier, version=1, dataset_id=None, checkpoint_dir="x/checkpoints", now=T0
+    )
     session.commit()
     return job.id
 

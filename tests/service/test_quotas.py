@@ -39,7 +39,13 @@ def test_defaults_come_from_settings_and_overrides_replace_them(
     before = _quotas(client, admin_headers, tenant.id).json()
     assert before["quotas"] == before["defaults"]
     assert before["defaults"]["classifiers"] == settings.quota_classifiers
-    assert before["usage"] == {"classifiers": 0, "training_jobs": 0, "dataset_bytes": 0, "dataset_rows": 0}
+    assert before["usage"] == {
+        "classifiers": 0,
+        "versions": 0,
+        "training_jobs": 0,
+        "dataset_bytes": 0,
+        "dataset_rows": 0,
+    }
 
     changed = _quotas(client, admin_headers, tenant.id, classifiers=3, classify_rps=7).json()
 

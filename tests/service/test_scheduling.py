@@ -59,7 +59,14 @@ def _queue(session: Session, tenant: str, count: int, at: datetime) -> list[str]
         session.add(classifier)
         session.flush()
         ids.append(
-            jobs.create_job(session, classifier, checkpoint_dir="x", now=at + timedelta(milliseconds=i)).id
+            jobs.create_job(
+                session,
+                classifier,
+                version=1,
+                dataset_id=None,
+                checkpoint_dir="x",
+                now=at + timedelta(milliseconds=i),
+            ).id
         )
     session.commit()
     return ids

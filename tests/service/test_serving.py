@@ -63,7 +63,7 @@ def test_available_classifier_reports_metrics(client: TestClient, tenant: Any, a
 def test_unreadable_model_is_503(
     client: TestClient, tenant: Any, available: str, store: ArtifactStore
 ) -> None:
-    shutil.rmtree(store.model_dir(tenant.id, available))
+    shutil.rmtree(store.model_dir(tenant.id, available, 1))
 
     reply = client.post(
         f"/v1/classifiers/{available}/classify", json={"text": "rain?"}, headers=tenant.headers

@@ -1,6 +1,7 @@
 """One delivery attempt (``service.webhooks.deliver``) against a real local receiver, without a
 broker in the loop: signed JSON, one attempt per due time whatever the number of messages,
-back-off, the cap, no redirects, the SSRF check again at delivery; and the relay that sends
+back-off, the cap, no redirects, the SSRF check again at delivery, https to the checked address
+with the URL's host verified; and the relay that sends
 (and re-sends) the messages (``send_due``) on a real Redis."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,7 +26,7 @@ from service.models import Delivery, StatusEvent, TrainingJob, utcnow
 from service.queue import WEBHOOK_QUEUE
 from service.settings import Settings
 from tests.conftest import TenantHandle, empty_redis_db
-from tests.webhook_receiver import running_receiver
+from tests.webhook_receiver import issue_certificate, running_receiver
 
 BROKER_URL = "redis://127.0.0.1:6379/10"
 BACKOFF_SECONDS = 0.2
@@ -101,6 +103,7 @@ def test_a_delivery_is_signed_json_keyed_by_the_event_id_and_happens_once(
         "type": "classifier.status_changed",
         "created": got.event["created"],
         "classifier_id": event.classifier_id,
+        "version": 1,
         "status": "Training",
         "previous_status": "Non Existent",
         "status_description": event.description,
@@ -260,3 +263,38 @@ def test_a_receiver_that_is_down_gets_the_event_once_it_is_back(
 
     assert [r.answered for r in receiver.all()] == [503, 503, 200]
     assert [r.event["id"] for r in receiver.accepted()] == [event.id]
+
+
+@pytest.mark.parametrize("certified_for", ["localhost", "other.example"])
+def test_https_goes_to_the_checked_address_and_verifies_the_urls_host(
+    certified_for: str,
+    settings_factory: Callable[..., Settings],
+    broker: redis.Redis,
+    event_to: Callable[[str], StatusEvent],
+    session: Session,
+    tmp_path: Path,
+) -> None:
+    """The connection is pinned to the address the SSRF check resolved, and TLS still checks
+    the certificate against the URL's host name, sent as SNI: a certificate for another name
+    fails the attempt, however the address answers."""
+    ca_file, tls = issue_certificate(tmp_path, certified_for)
+    settings = settings_factory(
+        redis_url=BROKER_URL, webhook_allow_private=True, webhook_ca_file=ca_file, webhook_timeout_seconds=2.0
+    )
+    with running_receiver(tls=tls) as receiver:
+        event = event_to(receiver.url)
+
+        attempted = webhooks.deliver(session, settings, event.id)
+
+    assert attempted is not None
+    assert receiver.server_names[:1] == ["localhost"]
+    if certified_for == "localhost":
+        assert (attempted.status_code, attempted.error) == (200, None)
+        [got] = receiver.all()
+        assert got.headers["Host"] == receiver.url.split("/")[2]  # localhost:<port>, not the address
+        assert _event(session, event.id).delivery == Delivery.DELIVERED
+    else:
+        assert attempted.status_code is None and attempted.error is not None
+        assert "certificate verify failed" in attempted.error.lower(), attempted.error
+        assert receiver.all() == []
+        assert _event(session, event.id).delivery == Delivery.PENDING

@@ -102,7 +102,7 @@ def test_worker_whose_lease_was_taken_over_writes_nothing(
     assert classifier.status == ClassifierStatus.TRAINING
     assert classifier.model_dir is None and classifier.metrics is None
     store = ArtifactStore(stale_settings.resolved_artifacts_dir())
-    models = store.model_dir(queued.tenant_id, queued.classifier_id)
+    models = store.model_dir(queued.tenant_id, queued.classifier_id, 1)
     assert not models.exists() or not any(models.iterdir())
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+from typing import IO
+
 from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
@@ -13,23 +17,38 @@ from service.api.schemas import ClassifierInfo
 from service.api.uploads import RAW_BODY, read_upload
 from service.errors import BadRequest
 from service.models import utcnow
+from service.store import ArtifactStore
 
 router = APIRouter(prefix="/v1/classifiers", tags=["bundles"])
-_MEDIA_TYPE = "application/gzip"
+BUNDLE_MEDIA_TYPE = "application/gzip"
+
+
+def bundle_response(
+    store: ArtifactStore, cleanup: BackgroundTasks, filename: str, write: Callable[[IO[bytes]], None]
+) -> FileResponse:
+    """The bundle that ``write`` writes, sent as a file download and removed afterwards."""
+    path = store.temp_path(".taas")
+    cleanup.add_task(path.unlink, missing_ok=True)
+    try:
+        with path.open("wb") as out:
+            write(out)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return FileResponse(path, media_type=BUNDLE_MEDIA_TYPE, filename=filename)
 
 
 @router.get(
     "/{classifier_id}/bundle",
     response_class=FileResponse,
-    responses={200: {"content": {_MEDIA_TYPE: {}}, "description": "The model as a bundle."}},
+    responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}, "description": "The model as a bundle."}},
 )
 def export_bundle(classifier: ClassifierDep, store: StoreDep, cleanup: BackgroundTasks) -> FileResponse:
-    """The classifier's model as one portable archive (``taas-model-bundle/1``); 409 unless Available."""
-    path = store.temp_path(".taas")
-    cleanup.add_task(path.unlink, missing_ok=True)
-    with path.open("wb") as out:
-        bundles.export(store, classifier, out)
-    return FileResponse(path, media_type=_MEDIA_TYPE, filename=f"{classifier.id}.taas")
+    """The serving version's model as one portable archive (``taas-model-bundle/1``); 409 unless
+    Available. ``/versions/{n}/bundle`` exports any Available version."""
+    return bundle_response(
+        store, cleanup, f"{classifier.id}.taas", partial(bundles.export, store, classifier)
+    )
 
 
 @router.post("/import", response_model=ClassifierInfo, status_code=201)

@@ -73,7 +73,7 @@ async def create_classifier(
         )
         create = partial(intake.classifier_from_upload, upload)
     classifier = await run_in_threadpool(create, session, store, settings, tenant.id)
-    return ClassifierInfo.build_info(classifier, jobs.latest_job(session, classifier.id), base_url(request))
+    return ClassifierInfo.build_info(classifier, jobs.shown_job(session, classifier), base_url(request))
 
 
 @router.get("", response_model=ClassifierList)
@@ -86,20 +86,21 @@ def list_classifiers(request: Request, tenant: TenantDep, session: SessionDep) -
 @router.get("/{classifier_id}", response_model=ClassifierInfo)
 def get_classifier(request: Request, classifier: ClassifierDep, session: SessionDep) -> ClassifierInfo:
     """Status, training progress and (once Available) evaluation metrics."""
-    return ClassifierInfo.build_info(classifier, jobs.latest_job(session, classifier.id), base_url(request))
+    return ClassifierInfo.build_info(classifier, jobs.shown_job(session, classifier), base_url(request))
 
 
 @router.delete("/{classifier_id}")
 def delete_classifier(
     classifier: ClassifierDep,
     session: SessionDep,
+    settings: SettingsDep,
     store: StoreDep,
     models: ModelCacheDep,
     invalidations: InvalidationsDep,
 ) -> dict[str, object]:
     """Stop its training, delete its rows and files; NLC answers ``{}``."""
     tenant_id = classifier.tenant_id
-    classifiers.delete_classifier(session, store, classifier, now=utcnow())
+    classifiers.delete_classifier(session, settings, store, classifier, now=utcnow())
     invalidations.announce(tenant_id)
     models.evict(classifier.id)
     return {}
@@ -111,7 +112,7 @@ def cancel_training(
 ) -> ClassifierInfo:
     """Stop the training within seconds and keep its last checkpoint (extension); 409 if not training."""
     classifiers.cancel_training(session, settings, classifier, now=utcnow())
-    return ClassifierInfo.build_info(classifier, jobs.latest_job(session, classifier.id), base_url(request))
+    return ClassifierInfo.build_info(classifier, jobs.shown_job(session, classifier), base_url(request))
 
 
 @router.post("/{classifier_id}/resume", response_model=ClassifierInfo)
@@ -120,7 +121,7 @@ def resume_training(
 ) -> ClassifierInfo:
     """Continue a cancelled training from its last checkpoint (extension); 409 if not cancelled."""
     classifiers.resume_training(session, settings, classifier, now=utcnow())
-    return ClassifierInfo.build_info(classifier, jobs.latest_job(session, classifier.id), base_url(request))
+    return ClassifierInfo.build_info(classifier, jobs.shown_job(session, classifier), base_url(request))
 
 
 @router.get("/{classifier_id}/events", response_model=TrainingEvents)

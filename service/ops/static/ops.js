@@ -128,7 +128,7 @@ const pages = {
     const id = document.body.dataset.jobId;
     poll(() => `/jobs/${encodeURIComponent(id)}`, (job) => {
       document.getElementById("title").textContent = `${job.classifier} · ${job.tenant}`;
-      facts("facts", [["Job", job.job_id], ["State", `${job.state} (${job.phase})`], ["Classifier status", job.model.status],
+      facts("facts", [["Job", job.job_id], ["State", `${job.state} (${job.phase})`], ["Version", `${job.model.version}${job.model.serving ? " (serving)" : ""}: ${job.model.status}`],
         ["Epoch", job.epoch], ["Step", job.total_steps ? `${job.step} of ${job.total_steps}` : job.step],
         ["Loss", job.loss === null || job.loss === undefined ? "—" : Number(job.loss).toPrecision(3)], ["Samples/s", num(job.samples_per_second, 0)], ["ETA", eta(job)],
         ["K learners", job.learners], ["Worker", job.worker], ["Attempts", `${job.attempts} (${job.failures} failed)`],

@@ -1,0 +1,128 @@
+"""Classifier versions (extension): train the next version while the current one serves, list
+and read versions, promote one (a rollback promotes an older one), delete one, export one."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from fastapi import APIRouter, BackgroundTasks, Path, Request
+from fastapi.responses import FileResponse
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from service import bundles, versions
+from service.api import intake
+from service.api.deps import (
+    ClassifierDep,
+    InvalidationsDep,
+    SessionDep,
+    SettingsDep,
+    StoreDep,
+)
+from service.api.routes.bundles import BUNDLE_MEDIA_TYPE, bundle_response
+from service.api.routes.classifiers import base_url
+from service.api.schemas import VersionFromDataset, VersionInfo, VersionList
+from service.api.uploads import is_json, read_json, read_upload
+from service.models import Classifier, ClassifierVersion, utcnow
+
+router = APIRouter(prefix="/v1/classifiers/{classifier_id}/versions", tags=["versions"])
+VersionNumber = Path(ge=1, le=2**31 - 1, description="The version number: 1, 2, …")
+
+
+def _info(
+    request: Request, session: Session, classifier: Classifier, version: ClassifierVersion
+) -> VersionInfo:
+    job = versions.version_jobs(session, classifier.id).get(version.number)
+    return VersionInfo.build(classifier, version, job, base_url(request))
+
+
+@router.post("", response_model=VersionInfo, status_code=201)
+async def create_version(
+    request: Request, classifier: ClassifierDep, session: SessionDep, settings: SettingsDep, store: StoreDep
+) -> VersionInfo:
+    """Train version N+1 while the serving version keeps serving: NLC's multipart
+    (``training_data``, optional ``training_metadata`` with a ``callback_url``) or JSON
+    ``{"dataset_id", "callback_url"}``. It serves once Available if the classifier's ``promote``
+    is ``auto``; with ``manual``, on a promote call."""
+    if is_json(request):
+        spec = VersionFromDataset.model_validate(await read_json(request))
+        create = partial(intake.version_from_dataset, spec)
+    else:
+        upload = await read_upload(
+            request, store, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})
+        )
+        create = partial(intake.version_from_upload, upload)
+    version = await run_in_threadpool(create, session, store, settings, classifier)
+    return _info(request, session, classifier, version)
+
+
+@router.get("", response_model=VersionList)
+def list_versions(request: Request, classifier: ClassifierDep, session: SessionDep) -> VersionList:
+    """Every version of the classifier, oldest first, with status, dataset, metrics and progress."""
+    found = versions.list_versions(session, classifier)
+    newest = versions.version_jobs(session, classifier.id)
+    url = base_url(request)
+    return VersionList(
+        classifier_id=classifier.id,
+        serving_version=classifier.serving_version,
+        versions=[VersionInfo.build(classifier, v, newest.get(v.number), url) for v in found],
+    )
+
+
+@router.get("/{version}", response_model=VersionInfo)
+def get_version(
+    request: Request, classifier: ClassifierDep, session: SessionDep, version: int = VersionNumber
+) -> VersionInfo:
+    """One version."""
+    return _info(request, session, classifier, versions.get_version(session, classifier, version))
+
+
+@router.post("/{version}/promote", response_model=VersionInfo)
+def promote_version(
+    request: Request,
+    classifier: ClassifierDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    invalidations: InvalidationsDep,
+    version: int = VersionNumber,
+) -> VersionInfo:
+    """Make an Available version the serving one, atomically, on every API replica; promoting
+    an older version is a rollback. 409 unless the version is Available."""
+    versions.promote(session, settings, classifier, version, now=utcnow())
+    invalidations.announce(classifier.tenant_id)
+    return _info(request, session, classifier, versions.get_version(session, classifier, version))
+
+
+@router.delete("/{version}")
+def delete_version(
+    classifier: ClassifierDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    version: int = VersionNumber,
+) -> dict[str, object]:
+    """Delete a version that does not serve (its training stops); 409 for the serving one."""
+    versions.delete_version(session, settings, store, classifier, version, now=utcnow())
+    return {}
+
+
+@router.get(
+    "/{version}/bundle",
+    response_class=FileResponse,
+    responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}, "description": "The version's model as a bundle."}},
+)
+def export_version_bundle(
+    classifier: ClassifierDep,
+    session: SessionDep,
+    store: StoreDep,
+    cleanup: BackgroundTasks,
+    version: int = VersionNumber,
+) -> FileResponse:
+    """The version's model as one portable archive; 409 unless the version is Available."""
+    found = versions.get_version(session, classifier, version)
+    return bundle_response(
+        store,
+        cleanup,
+        f"{classifier.id}-v{version}.taas",
+        partial(bundles.export, store, classifier, version=found),
+    )

@@ -1,0 +1,325 @@
+"""Classifier versions: train a new version while the current one serves, list them, promote one
+(a rollback is a promote of an older one) and delete one that does not serve.
+
+Each version has its own dataset, training job, model folder and metrics
+(``ClassifierVersion``); the classifier row holds the NLC view of the serving version
+(:mod:`service.version_view`), so NLC clients, which know nothing of versions, see the promoted
+model throughout, and classify never waits for a retrain. Every change here locks the classifier
+row first (the job state machine takes the same lock), so a promote, a delete and a version
+finishing its training are serialised on PostgreSQL; SQLite has one writer at a time.
+
+A promote changes what classify serves: the caller announces the tenant
+(``service.invalidation``) after the commit, so every API replica drops its cached lookup.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from service import jobs, status_events, version_view, webhooks
+from service.datasets import StagedDataset, add_dataset, commit_files
+from service.errors import Conflict, NotFound
+from service.models import (
+    Classifier,
+    ClassifierStatus,
+    ClassifierVersion,
+    Dataset,
+    DatasetOrigin,
+    TrainingJob,
+)
+from service.queue import enqueue_training
+from service.settings import Settings
+from service.store import ArtifactStore
+
+log = logging.getLogger(__name__)
+
+
+def add_training(
+    session: Session,
+    store: ArtifactStore,
+    classifier: Classifier,
+    *,
+    number: int,
+    source: StagedDataset | Dataset,
+    now: datetime,
+    callback_url: str | None,
+) -> tuple[TrainingJob, Dataset, list[tuple[Path, Path]]]:
+    """Add version ``number`` of ``classifier`` with its queued job, and for an upload its own
+    dataset (not committed). Returns the job, the dataset and the file moves that
+    :func:`service.datasets.commit_files` makes with the commit."""
+    moves: list[tuple[Path, Path]] = []
+    if isinstance(source, StagedDataset):
+        dataset = add_dataset(
+            session,
+            store,
+            source,
+            tenant_id=classifier.tenant_id,
+            name=classifier.name,
+            origin=DatasetOrigin.CLASSIFIER,
+            now=now,
+        )
+        moves.append((source.path, store.resolve(dataset.path)))
+    else:
+        dataset = source
+    checkpoint_dir = store.relative(store.checkpoint_dir(classifier.tenant_id, classifier.id, number))
+    job = jobs.create_job(
+        session,
+        classifier,
+        version=number,
+        dataset_id=dataset.id,
+        checkpoint_dir=checkpoint_dir,
+        now=now,
+        callback_url=callback_url,
+    )
+    return job, dataset, moves
+
+
+@contextmanager
+def undone_on_failure(session: Session, source: StagedDataset | Dataset) -> Iterator[None]:
+    """On any failure inside: roll back, and remove a staged upload."""
+    try:
+        yield
+    except BaseException:
+        session.rollback()
+        if isinstance(source, StagedDataset):
+            source.path.unlink(missing_ok=True)
+        raise
+
+
+def commit_training(
+    session: Session,
+    store: ArtifactStore,
+    settings: Settings,
+    job: TrainingJob,
+    moves: list[tuple[Path, Path]],
+) -> None:
+    """Commit a new training (its rows, with the file moves), then wake a worker and send its
+    status event. If the message cannot be sent the job stays queued for the reconciler."""
+    commit_files(session, store, moves)
+    try:
+        enqueue_training(settings, job.id)
+    except Exception:
+        log.exception("could not enqueue job %s; it stays queued for the reconciler", job.id)
+    webhooks.send_new_events(session, settings, job.classifier_id)
+
+
+def create_version(
+    session: Session,
+    store: ArtifactStore,
+    settings: Settings,
+    classifier: Classifier,
+    *,
+    source: StagedDataset | Dataset,
+    now: datetime,
+    callback_url: str | None = None,
+) -> ClassifierVersion:
+    """Train version N+1 of ``classifier`` on ``source`` (the quota was checked in this
+    transaction) and wake a worker; the serving version keeps serving. While no version serves
+    yet, the classifier's view moves to the new one. On any failure before the commit nothing
+    is kept."""
+    with undone_on_failure(session, source):
+        _lock(session, classifier.id)
+        numbered = session.execute(
+            update(Classifier)
+            .where(Classifier.id == classifier.id)
+            .values(latest_version=Classifier.latest_version + 1, updated_at=now)
+            .returning(Classifier.latest_version, Classifier.serving_version)
+            .execution_options(synchronize_session=False)
+        ).one()
+        job, dataset, moves = add_training(
+            session,
+            store,
+            classifier,
+            number=numbered.latest_version,
+            source=source,
+            now=now,
+            callback_url=callback_url,
+        )
+        if numbered.serving_version is None:
+            session.execute(
+                update(Classifier)
+                .where(Classifier.id == classifier.id)
+                .values(
+                    status=ClassifierStatus.TRAINING.value,
+                    status_description=jobs.TRAINING_DESCRIPTION,
+                    model_dir=None,
+                    metrics=None,
+                    dataset_id=dataset.id,
+                )
+                .execution_options(synchronize_session=False)
+            )
+    commit_training(session, store, settings, job, moves)
+    session.refresh(classifier)
+    return get_version(session, classifier, numbered.latest_version)
+
+
+def list_versions(session: Session, classifier: Classifier) -> list[ClassifierVersion]:
+    """The classifier's versions, oldest first."""
+    return list(
+        session.scalars(
+            select(ClassifierVersion)
+            .where(ClassifierVersion.classifier_id == classifier.id)
+            .order_by(ClassifierVersion.number)
+        )
+    )
+
+
+def get_version(session: Session, classifier: Classifier, number: int) -> ClassifierVersion:
+    """Version ``number`` of ``classifier``; NotFound if it has none such."""
+    found = session.scalar(
+        select(ClassifierVersion).where(
+            ClassifierVersion.classifier_id == classifier.id, ClassifierVersion.number == number
+        )
+    )
+    if found is None:
+        raise NotFound("version", str(number))
+    return found
+
+
+def version_jobs(session: Session, classifier_id: str) -> dict[int, TrainingJob]:
+    """The newest training job of each version of the classifier, by version number."""
+    newest: dict[int, TrainingJob] = {}
+    for job in session.scalars(
+        select(TrainingJob).where(TrainingJob.classifier_id == classifier_id).order_by(TrainingJob.created_at)
+    ):
+        newest[job.version] = job
+    return newest
+
+
+def promote(
+    session: Session, settings: Settings, classifier: Classifier, number: int, *, now: datetime
+) -> Classifier:
+    """Make version ``number`` the serving one, atomically: the classifier's view (status,
+    model, metrics, dataset) switches in one UPDATE. Promoting an older version is a rollback.
+    NotFound, or Conflict unless the version is Available. The caller announces the tenant."""
+    _lock(session, classifier.id)
+    session.refresh(classifier)
+    version = get_version(session, classifier, number)
+    if version.status != ClassifierStatus.AVAILABLE.value or not version.model_dir:
+        session.rollback()
+        raise Conflict(
+            f"version {number} of classifier '{classifier.id}' is {version.status}; "
+            "only an Available version can serve"
+        )
+    replaced = classifier.serving_version
+    if replaced == number:
+        session.rollback()
+        return classifier
+    session.execute(
+        update(Classifier)
+        .where(Classifier.id == classifier.id)
+        .values(
+            serving_version=number,
+            status=version.status,
+            status_description=version.status_description,
+            model_dir=version.model_dir,
+            metrics=version.metrics,
+            dataset_id=version.dataset_id,
+            updated_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if replaced is not None:
+        job = version_jobs(session, classifier.id).get(number)
+        status_events.record_promoted(
+            session,
+            tenant_id=classifier.tenant_id,
+            classifier_id=classifier.id,
+            version=number,
+            replaced=replaced,
+            callback_url=None if job is None else job.callback_url,
+            now=now,
+        )
+    session.commit()
+    session.refresh(classifier)
+    webhooks.send_new_events(session, settings, classifier.id)
+    return classifier
+
+
+def delete_version(
+    session: Session,
+    settings: Settings,
+    store: ArtifactStore,
+    classifier: Classifier,
+    number: int,
+    *,
+    now: datetime,
+) -> None:
+    """Delete a version that the classifier does not show: stop its training (the worker stops
+    at its next fenced write), delete its job, its rows and the dataset it was created with,
+    record the deletion's status event, then delete its files and send the event. NotFound;
+    Conflict for the serving version (promote another one first) and, while none serves, for
+    the newest (delete the classifier instead)."""
+    _lock(session, classifier.id)
+    session.refresh(classifier)
+    version = get_version(session, classifier, number)
+    if version_view.shows(classifier.serving_version, classifier.latest_version, number):
+        session.rollback()
+        if classifier.serving_version == number:
+            raise Conflict(
+                f"version {number} serves classifier '{classifier.id}'; "
+                "promote another version first, or delete the classifier"
+            )
+        raise Conflict(
+            f"version {number} is the newest version of classifier '{classifier.id}' and none "
+            "serves yet; delete the classifier instead"
+        )
+    job = version_jobs(session, classifier.id).get(number)
+    jobs.cancel_version_jobs(session, classifier.id, number, now=now)
+    status_events.record_deleted(
+        session,
+        tenant_id=classifier.tenant_id,
+        classifier_id=classifier.id,
+        version=number,
+        previous=version.status,
+        description=f"Version {number} was deleted.",
+        callback_url=None if job is None else job.callback_url,
+        now=now,
+    )
+    owned = session.scalar(
+        select(Dataset).where(
+            Dataset.id == version.dataset_id, Dataset.origin == DatasetOrigin.CLASSIFIER.value
+        )
+    )
+    session.execute(
+        delete(TrainingJob).where(TrainingJob.classifier_id == classifier.id, TrainingJob.version == number)
+    )
+    session.execute(delete(ClassifierVersion).where(ClassifierVersion.id == version.id))
+    if owned is not None:
+        session.execute(delete(Dataset).where(Dataset.id == owned.id))
+    session.commit()
+    store.delete_tree(store.version_dir(classifier.tenant_id, classifier.id, number))
+    if owned is not None:
+        store.delete_file(store.resolve(owned.path))
+    webhooks.send_new_events(session, settings, classifier.id)
+
+
+def owned_datasets(session: Session, classifier_id: str) -> list[Dataset]:
+    """The datasets that versions of the classifier were created with (uploads, not stored
+    datasets that they name): they go with the classifier."""
+    return list(
+        session.scalars(
+            select(Dataset)
+            .join(ClassifierVersion, ClassifierVersion.dataset_id == Dataset.id)
+            .where(
+                ClassifierVersion.classifier_id == classifier_id,
+                Dataset.origin == DatasetOrigin.CLASSIFIER.value,
+            )
+        )
+    )
+
+
+def _lock(session: Session, classifier_id: str) -> None:
+    """Lock the classifier row for the rest of the transaction (a no-op on SQLite); NotFound when
+    it was deleted meanwhile."""
+    found = session.scalar(select(Classifier.id).where(Classifier.id == classifier_id).with_for_update())
+    if found is None:
+        session.rollback()
+        raise NotFound("classifier", classifier_id)

@@ -1,0 +1,336 @@
+"""Classifier versions through the API: retrain while serving, promote, roll back, pin, delete,
+export, quotas; the job state machine moves the versions (``tests.service.helpers.make_available``)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.models import Classifier, ClassifierVersion, Dataset, JobState, TrainingJob
+from service.store import ArtifactStore
+from tests.conftest import TenantHandle
+from tests.service.helpers import NLC_CSV, make_available, nlc_files
+
+MORE_CSV = NLC_CSV + "Is it windy?,conditions\nHow warm is the sea?,temperature\n"
+
+
+@pytest.fixture
+def new_version(client: TestClient) -> Callable[..., httpx.Response]:
+    """POST a new version of ``cid`` as ``tenant`` (multipart, as an NLC create)."""
+
+    def post(
+        tenant: TenantHandle, cid: str, csv: str = MORE_CSV, metadata: object | None = None
+    ) -> httpx.Response:
+        files: dict[str, Any] = {"training_data": (None, csv, "text/csv")}
+        if metadata is not None:
+            files["training_metadata"] = nlc_files(metadata=metadata)["training_metadata"]
+        return client.post(f"/v1/classifiers/{cid}/versions", files=files, headers=tenant.headers)
+
+    return post
+
+
+def _classifier(client: TestClient, tenant: TenantHandle, cid: str) -> dict[str, Any]:
+    reply = client.get(f"/v1/classifiers/{cid}", headers=tenant.headers)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def _classify(client: TestClient, tenant: TenantHandle, cid: str, query: str = "") -> httpx.Response:
+    return client.post(
+        f"/v1/classifiers/{cid}/classify{query}", json={"text": "is it cold"}, headers=tenant.headers
+    )
+
+
+def _model_dir(session: Session, cid: str) -> str | None:
+    session.expire_all()
+    classifier = session.get(Classifier, cid)
+    assert classifier is not None
+    return classifier.model_dir
+
+
+def test_a_new_classifier_is_its_version_1_and_serves_it_once_available(
+    client: TestClient,
+    tenant: TenantHandle,
+    create_classifier: Callable[..., httpx.Response],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> None:
+    cid = create_classifier(tenant).json()["classifier_id"]
+    info = _classifier(client, tenant, cid)
+    assert (info["status"], info["serving_version"], info["latest_version"], info["promote"]) == (
+        "Training",
+        None,
+        1,
+        "auto",
+    )
+    listed = client.get(f"/v1/classifiers/{cid}/versions", headers=tenant.headers).json()
+    assert listed["serving_version"] is None
+    assert [(v["version"], v["status"], v["serving"]) for v in listed["versions"]] == [(1, "Training", False)]
+    assert listed["versions"][0]["progress"]["state"] == "queued"
+
+    make_available(session, store, tenant.id, cid, tiny_model)
+    info = _classifier(client, tenant, cid)
+    assert (info["status"], info["serving_version"]) == ("Available", 1)
+    one = client.get(f"/v1/classifiers/{cid}/versions/1", headers=tenant.headers).json()
+    assert (one["status"], one["serving"], one["metrics"]) == ("Available", True, {"accuracy": 1.0})
+
+
+def test_retrain_serves_the_old_version_until_the_new_one_is_available_then_rolls_back(
+    client: TestClient,
+    tenant: TenantHandle,
+    available: str,
+    new_version: Callable[..., httpx.Response],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> None:
+    v1_model = _model_dir(session, available)
+    created = new_version(tenant, available)
+    assert created.status_code == 201, created.text
+    assert (created.json()["version"], created.json()["status"], created.json()["serving"]) == (
+        2,
+        "Training",
+        False,
+    )
+    # The classifier keeps serving version 1 while version 2 trains: no 409.
+    info = _classifier(client, tenant, available)
+    assert (info["status"], info["serving_version"], info["latest_version"]) == ("Available", 1, 2)
+    assert _classify(client, tenant, available).status_code == 200
+    pinned = _classify(client, tenant, available, "?version=2")
+    assert pinned.status_code == 409
+    assert "version 2" in pinned.json()["description"] and "Training" in pinned.json()["description"]
+    assert _classify(client, tenant, available, "?version=3").status_code == 404
+    assert _classify(client, tenant, available, "?version=0").status_code == 400
+
+    make_available(session, store, tenant.id, available, tiny_model, version=2)
+    info = _classifier(client, tenant, available)
+    assert (info["status"], info["serving_version"]) == ("Available", 2)
+    v2_model = _model_dir(session, available)
+    assert v2_model != v1_model and "/versions/2/" in str(v2_model)
+    for query in ("", "?version=1", "?version=2"):
+        assert _classify(client, tenant, available, query).status_code == 200, query
+
+    rolled_back = client.post(f"/v1/classifiers/{available}/versions/1/promote", headers=tenant.headers)
+    assert rolled_back.status_code == 200, rolled_back.text
+    assert rolled_back.json()["serving"] is True
+    assert _model_dir(session, available) == v1_model
+    assert _classifier(client, tenant, available)["serving_version"] == 1
+    events = client.get(f"/v1/classifiers/{available}/events", headers=tenant.headers).json()["status_events"]
+    promotions = [(e["version"], e["type"]) for e in events if e["type"] == "classifier.version_promoted"]
+    assert promotions == [(1, "classifier.version_promoted"), (2, "classifier.version_promoted")]
+
+
+def test_manual_promote_keeps_the_serving_version_until_asked(
+    client: TestClient,
+    tenant: TenantHandle,
+    create_classifier: Callable[..., httpx.Response],
+    new_version: Callable[..., httpx.Response],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> None:
+    cid = create_classifier(tenant, metadata={"language": "en", "name": "w", "promote": "manual"}).json()[
+        "classifier_id"
+    ]
+    make_available(session, store, tenant.id, cid, tiny_model)  # the first one serves regardless
+    assert new_version(tenant, cid).status_code == 201
+    make_available(session, store, tenant.id, cid, tiny_model, version=2)
+    info = _classifier(client, tenant, cid)
+    assert (info["promote"], info["serving_version"]) == ("manual", 1)
+    assert client.post(f"/v1/classifiers/{cid}/versions/2/promote", headers=tenant.headers).status_code == 200
+    assert _classifier(client, tenant, cid)["serving_version"] == 2
+
+
+def test_only_an_available_version_can_be_promoted(
+    client: TestClient, tenant: TenantHandle, available: str, new_version: Callable[..., httpx.Response]
+) -> None:
+    assert new_version(tenant, available).status_code == 201
+    refused = client.post(f"/v1/classifiers/{available}/versions/2/promote", headers=tenant.headers)
+    assert refused.status_code == 409
+    assert "version 2" in refused.json()["description"]
+    missing = client.post(f"/v1/classifiers/{available}/versions/9/promote", headers=tenant.headers)
+    assert missing.status_code == 404
+    assert _classifier(client, tenant, available)["serving_version"] == 1
+
+
+def test_deleting_versions(
+    client: TestClient,
+    tenant: TenantHandle,
+    available: str,
+    new_version: Callable[..., httpx.Response],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> None:
+    serving = client.delete(f"/v1/classifiers/{available}/versions/1", headers=tenant.headers)
+    assert serving.status_code == 409
+    assert "serves" in serving.json()["description"]
+
+    assert new_version(tenant, available).status_code == 201  # version 2, training
+    v2_dataset = session.scalar(
+        select(ClassifierVersion.dataset_id).where(
+            ClassifierVersion.classifier_id == available, ClassifierVersion.number == 2
+        )
+    )
+    deleted = client.delete(f"/v1/classifiers/{available}/versions/2", headers=tenant.headers)
+    assert deleted.status_code == 200, deleted.text
+    session.expire_all()
+    # Its job is gone with it (a worker holding it finds its next write refused), and its dataset.
+    assert (
+        session.scalar(
+            select(func.count())
+            .select_from(TrainingJob)
+            .where(TrainingJob.version == 2, TrainingJob.classifier_id == available)
+        )
+        == 0
+    )
+    assert session.get(Dataset, v2_dataset) is None
+    assert not store.version_dir(tenant.id, available, 2).exists()
+    assert _classify(client, tenant, available).status_code == 200
+
+    assert new_version(tenant, available).status_code == 201  # version 3: numbers are not reused
+    make_available(session, store, tenant.id, available, tiny_model, version=3)
+    assert client.delete(f"/v1/classifiers/{available}/versions/1", headers=tenant.headers).status_code == 200
+    listed = client.get(f"/v1/classifiers/{available}/versions", headers=tenant.headers).json()
+    assert [(v["version"], v["serving"]) for v in listed["versions"]] == [(3, True)]
+    assert not store.version_dir(tenant.id, available, 1).exists()
+    assert client.delete(f"/v1/classifiers/{available}/versions/1", headers=tenant.headers).status_code == 404
+
+
+def test_the_newest_version_cannot_be_deleted_while_none_serves(
+    client: TestClient,
+    tenant: TenantHandle,
+    create_classifier: Callable[..., httpx.Response],
+    new_version: Callable[..., httpx.Response],
+) -> None:
+    cid = create_classifier(tenant).json()["classifier_id"]
+    assert client.post(f"/v1/classifiers/{cid}/cancel", headers=tenant.headers).status_code == 200
+    assert new_version(tenant, cid).status_code == 201
+    # Nothing serves yet, so the classifier shows version 2 (Training); version 1 may go.
+    assert _classifier(client, tenant, cid)["status"] == "Training"
+    refused = client.delete(f"/v1/classifiers/{cid}/versions/2", headers=tenant.headers)
+    assert refused.status_code == 409 and "delete the classifier" in refused.json()["description"]
+    assert client.delete(f"/v1/classifiers/{cid}/versions/1", headers=tenant.headers).status_code == 200
+
+
+def test_each_version_exports_its_own_bundle(
+    client: TestClient,
+    tenant: TenantHandle,
+    available: str,
+    new_version: Callable[..., httpx.Response],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> None:
+    assert new_version(tenant, available).status_code == 201
+    training = client.get(f"/v1/classifiers/{available}/versions/2/bundle", headers=tenant.headers)
+    assert training.status_code == 409 and "version 2" in training.json()["description"]
+    make_available(session, store, tenant.id, available, tiny_model, version=2)
+    for n in (1, 2):
+        reply = client.get(f"/v1/classifiers/{available}/versions/{n}/bundle", headers=tenant.headers)
+        assert reply.status_code == 200
+        with tarfile.open(fileobj=io.BytesIO(reply.content), mode="r:gz") as bundle:
+            assert "manifest.json" in bundle.getnames()
+            manifest = bundle.extractfile("manifest.json")
+            assert manifest is not None and f'"version": {n}' in manifest.read().decode()
+    assert list(store.root.glob("tmp/*.taas")) == []
+
+
+def test_a_version_from_a_stored_dataset_and_bad_requests(
+    client: TestClient, tenant: TenantHandle, available: str, new_version: Callable[..., httpx.Response]
+) -> None:
+    dataset = client.post(
+        "/v1/datasets?name=more",
+        content="text,label\n" + MORE_CSV,
+        headers={**tenant.headers, "Content-Type": "text/csv"},
+    )
+    assert dataset.status_code in (200, 201), dataset.text
+    made = client.post(
+        f"/v1/classifiers/{available}/versions",
+        json={"dataset_id": dataset.json()["dataset_id"]},
+        headers=tenant.headers,
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["dataset_id"] == dataset.json()["dataset_id"]
+
+    no_data = client.post(
+        f"/v1/classifiers/{available}/versions",
+        files={"training_metadata": (None, "{}", "application/json")},
+        headers=tenant.headers,
+    )
+    assert no_data.status_code == 400 and "training_data" in no_data.json()["description"]
+    unknown = client.post(
+        f"/v1/classifiers/{available}/versions", json={"dataset_id": "nope"}, headers=tenant.headers
+    )
+    assert unknown.status_code == 404
+    bad_row = new_version(tenant, available, csv="only one column\n")
+    assert bad_row.status_code == 400 and "row 1" in bad_row.json()["description"]
+    listed = client.get(f"/v1/classifiers/{available}/versions", headers=tenant.headers).json()
+    assert [v["version"] for v in listed["versions"]] == [1, 2]
+
+
+def test_bad_promote_mode_is_refused(
+    tenant: TenantHandle, create_classifier: Callable[..., httpx.Response]
+) -> None:
+    refused = create_classifier(tenant, metadata={"language": "en", "name": "w", "promote": ["manual"]})
+    assert refused.status_code == 400
+    assert "training_metadata.promote" in refused.json()["description"]
+
+
+def test_the_versions_quota_counts_every_version(
+    client: TestClient,
+    tenant: TenantHandle,
+    available: str,
+    new_version: Callable[..., httpx.Response],
+    admin_headers: dict[str, str],
+    session: Session,
+) -> None:
+    limited = client.patch(
+        f"/v1/admin/tenants/{tenant.id}/quotas", json={"versions": 1}, headers=admin_headers
+    )
+    assert limited.status_code == 200, limited.text
+    assert limited.json()["usage"]["versions"] == 1
+    refused = new_version(tenant, available)
+    assert refused.status_code == 403
+    assert "versions" in refused.json()["description"]
+    session.expire_all()
+    assert (
+        session.scalar(select(func.count()).select_from(Dataset).where(Dataset.tenant_id == tenant.id)) == 1
+    )
+    assert (
+        session.scalar(
+            select(func.count())
+            .select_from(TrainingJob)
+            .where(TrainingJob.state == JobState.QUEUED.value, TrainingJob.classifier_id == available)
+        )
+        == 0
+    )
+
+
+def test_another_tenant_sees_no_versions(
+    client: TestClient,
+    tenant: TenantHandle,
+    tenant_factory: Callable[..., TenantHandle],
+    available: str,
+) -> None:
+    other = tenant_factory()
+    base = f"/v1/classifiers/{available}/versions"
+    for method, path in (
+        ("GET", base),
+        ("GET", f"{base}/1"),
+        ("POST", f"{base}/1/promote"),
+        ("DELETE", f"{base}/1"),
+        ("GET", f"{base}/1/bundle"),
+    ):
+        assert client.request(method, path, headers=other.headers).status_code == 404, path
+    assert _classify(client, other, available, "?version=1").status_code == 404

@@ -18,10 +18,16 @@ and gives each a row of the embedding table and a smoothed IDF. A text's bag hol
 of its known n-grams weighted by sublinear TF x IDF, L2-normalised per group; n-grams never
 seen in training are dropped, as a vectoriser fitted on the training data drops them.
 
-Transforming is on the serving path (one text per request, a budget of about 0.1 ms), so
-it hashes each distinct word n-gram and each distinct token's character n-grams once and
-keeps their embedding rows in two bounded caches; counting, weighting and normalising
-are a few numpy operations over the whole batch, not per n-gram Python.
+Transforming is on the serving path (one text per request, or a collection of them, and
+calls arriving together are batched; a budget of about 0.1 ms a request), so it works on the
+whole batch at once. The batch is normalised as one string, joined by a separator that NFKC
+and lower-casing neither change nor merge with a neighbour, and Latin-1 text is cut into runs
+by a byte translation table instead of the regular expression. Each distinct word n-gram,
+and each distinct token's character n-grams, is hashed once, and the embedding rows found
+are kept as int32 bytes in two bounded caches: a text's rows are two ``bytes.join`` of cache
+look-ups, and whatever the caches lack is hashed for the whole batch and found in one numpy
+search. Counting, weighting and normalising are a few numpy operations over the whole batch
+(one stable sort of (text, group, row) keys), not per n-gram Python.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ import re
 import unicodedata
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from itertools import pairwise
 
 import numpy as np
 
@@ -51,16 +57,23 @@ _UNSEGMENTED_CHAR = re.compile(f"[{_UNSEGMENTED}]")
 # is a word (a unit of word n-grams); the slower pattern runs only on such texts.
 _RUN = re.compile(r"\w+")
 _TOKEN = re.compile(f"[{_UNSEGMENTED}]+|[^\\W{_UNSEGMENTED}]+")
+# The same runs in Latin-1 text, a quicker way: its non-word characters become spaces to split on.
+_LATIN1_RUNS = bytes(code if _RUN.fullmatch(chr(code)) else ord(" ") for code in range(256))
 # Dropped before tokenising: Arabic harakat (tanwin, short vowels, shadda, sukun, ...),
 # superscript alef and tatweel, written or left out at the writer's whim, and variation
 # selectors, which choose a glyph; for \w either would split a word in two.
 _DROPPED = re.compile("[\u0640\u064b-\u065f\u0670\ufe00-\ufe0f\U000e0100-\U000e01ef]")
 _GROUPS = 2  # 0: word n-grams, 1: character n-grams
-# Entries per cache; a full cache is emptied, so unseen input cannot grow it. Both full of
-# random tokens hold about 10 MB per loaded model (5 MB at 1 << 14, which thrashed on a
-# snips-sized vocabulary: 2.5x slower).
+# Entries per cache; a cache that would outgrow it is emptied, so unseen input cannot grow it.
+# Both full of random tokens hold about 10 MB per loaded model (5 MB at 1 << 14, which thrashed
+# on a snips-sized vocabulary: 2.5x slower).
 _CACHE_LIMIT = 1 << 15
-_NO_ROWS = np.zeros(0, dtype=np.int32)
+_ROW_BYTES = 4  # rows travel as int32 bytes
+_CHUNK = 1024  # texts whose n-grams are looked up at once (their strings are held meanwhile)
+# Joins a batch for one normalisation: NFKC and lower() keep it, never merge it with its
+# neighbours (a starter that composes with nothing) and it is neither cased nor case-ignorable,
+# so Σ's final form is chosen as at the end of a text.
+_SEPARATOR = "\x00"
 
 
 @dataclass(frozen=True)
@@ -104,18 +117,45 @@ def tokenize(text: str) -> tuple[list[str], list[str]]:
     runs of letters, digits and underscores, which are both, except that a run of Han, kana or
     hangul is a token of its own and each of its characters a word. Arabic's optional vowel
     marks and tatweel, and variation selectors, are dropped."""
-    folded = unicodedata.normalize("NFKC", text).lower()
-    if not folded.isascii():
-        folded = _DROPPED.sub("", folded)
-        if _UNSEGMENTED_CHAR.search(folded):
-            tokens = _TOKEN.findall(folded)
-            words: list[str] = []
-            for token in tokens:
-                if _UNSEGMENTED_CHAR.match(token):
-                    words.extend(token)
-                else:
-                    words.append(token)
-            return words, tokens
+    return _split(_fold(text))
+
+
+def _tokenize_all(texts: Sequence[str]) -> list[tuple[list[str], list[str]]]:
+    """tokenize() of each text, folding the batch as one string joined by _SEPARATOR; a batch
+    in which some text holds the separator itself is folded text by text."""
+    folded = _fold(_SEPARATOR.join(texts)).split(_SEPARATOR)
+    if len(folded) != len(texts):
+        folded = list(map(_fold, texts))
+    return list(map(_split, folded))
+
+
+def _fold(text: str) -> str:
+    """NFKC, lower-cased."""
+    return unicodedata.normalize("NFKC", text).lower()
+
+
+def _split(folded: str) -> tuple[list[str], list[str]]:
+    """tokenize() of a text already folded."""
+    try:
+        latin1 = folded.encode("latin-1")
+    except UnicodeEncodeError:
+        return _split_unicode(folded)
+    # Latin-1 (most text is ASCII) has nothing to drop and no unsegmented script: just the runs
+    runs = latin1.translate(_LATIN1_RUNS).decode("latin-1").split()
+    return runs, runs
+
+
+def _split_unicode(folded: str) -> tuple[list[str], list[str]]:
+    folded = _DROPPED.sub("", folded)
+    if _UNSEGMENTED_CHAR.search(folded):
+        tokens = _TOKEN.findall(folded)
+        words: list[str] = []
+        for token in tokens:
+            if _UNSEGMENTED_CHAR.match(token):
+                words.extend(token)
+            else:
+                words.append(token)
+        return words, tokens
     runs = _RUN.findall(folded)
     return runs, runs
 
@@ -127,8 +167,10 @@ def stable_hash(gram: str, group: int) -> int:
 
 def _word_grams(words: list[str], config: FeaturizerConfig) -> list[str]:
     grams = words[:] if config.word_ngrams >= 1 else []  # unigrams need no join
+    shorter = words
     for n in range(2, config.word_ngrams + 1):
-        grams += [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+        shorter = list(map(" ".join, zip(shorter, words[n - 1 :], strict=False)))  # + the next word
+        grams += shorter
     return grams
 
 
@@ -182,8 +224,8 @@ class Featurizer:
         self.config = config
         self.buckets = np.asarray(buckets, dtype=np.int64)  # sorted; row i <-> buckets[i]
         self.idf = np.asarray(idf, dtype=np.float32)
-        self._word_rows: dict[str, int] = {}  # word n-gram -> row, -1 when unknown
-        self._char_rows: dict[str, np.ndarray] = {}  # token -> rows of its known char n-grams
+        self._word_rows: dict[str, bytes] = {}  # word n-gram -> its row as int32 bytes, b"" unknown
+        self._char_rows: dict[str, bytes] = {}  # token -> int32 bytes of its known char n-grams' rows
 
     @property
     def rows(self) -> int:
@@ -208,41 +250,59 @@ class Featurizer:
 
         Within a bag the word group comes first, then the character group, each sorted by row.
         """
-        # Every (text, group, row) of the batch becomes one int64 key, segment * rows + row with
-        # segment = text * 2 + group, so one sort counts, groups and orders the whole batch.
-        width = max(self.rows, 1)
-        word_keys: list[int] = []
-        char_parts: list[np.ndarray] = [_NO_ROWS]
-        char_bases: list[int] = [0]
-        for index, text in enumerate(texts):
-            words, tokens = tokenize(text)
-            base = index * _GROUPS * width
-            for gram in _word_grams(words, self.config):
-                row = self._word_rows.get(gram)
-                if row is None:
-                    row = self._cache(self._word_rows, gram, int(self._rows_of([stable_hash(gram, 0)])[0]))
-                if row >= 0:
-                    word_keys.append(base + row)
-            for token in tokens:
-                rows = self._char_rows.get(token)
-                if rows is None:
-                    rows = self._cache(self._char_rows, token, self._known_char_rows(token))
-                char_parts.append(rows)
-                char_bases.append(base + width)
-        lengths = np.fromiter(map(len, char_parts), dtype=np.int64, count=len(char_parts))
-        char_keys = np.concatenate(char_parts) + np.repeat(np.asarray(char_bases, dtype=np.int64), lengths)
-        keys = np.concatenate((np.asarray(word_keys, dtype=np.int64), char_keys))
-        keys.sort()
-        first = np.empty(len(keys), dtype=bool)
-        first[:1] = True
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        starts = np.flatnonzero(first)
-        count = np.diff(np.append(starts, len(keys)))
-        segment, rows = np.divmod(keys[starts], width)
-        weights = (1.0 + np.log(count)) * self.idf[rows]
-        norms = np.sqrt(np.bincount(segment, weights=weights * weights, minlength=len(texts) * _GROUPS))
+        parts: list[bytes] = []
+        for start in range(0, len(texts), _CHUNK):
+            parts += self._row_parts(texts[start : start + _CHUNK])
+        return self._bags(parts)
+
+    def _row_parts(self, texts: Sequence[str]) -> list[bytes]:
+        """For each text, the int32 bytes of its word group's rows, then of its character group's."""
+        tokenized = _tokenize_all(texts)
+        try:
+            return self._join_rows(tokenized, self._word_rows, self._char_rows)
+        except KeyError:  # not all cached: look up every n-gram and token the caches lack at once
+            grams = [gram for words, _ in tokenized for gram in _word_grams(words, self.config)]
+            tokens = [token for _, text_tokens in tokenized for token in text_tokens]
+            word_rows = _lookup(self._word_rows, grams, self._word_gram_rows)
+            char_rows = _lookup(self._char_rows, tokens, self._token_char_rows)
+            return self._join_rows(tokenized, word_rows, char_rows)
+
+    def _join_rows(
+        self,
+        tokenized: list[tuple[list[str], list[str]]],
+        word_rows: dict[str, bytes],
+        char_rows: dict[str, bytes],
+    ) -> list[bytes]:
+        """Each text's rows of word n-grams, then of character n-grams, from the given dicts of rows
+        (KeyError: an n-gram or token is not in them)."""
+        parts: list[bytes] = []
+        for words, tokens in tokenized:
+            parts += (
+                b"".join(map(word_rows.__getitem__, _word_grams(words, self.config))),
+                b"".join(map(char_rows.__getitem__, tokens)),
+            )
+        return parts
+
+    def _bags(self, parts: list[bytes]) -> Bags:
+        """Bags from _row_parts: part 2 * text + group holds the rows of that group's n-grams."""
+        # Every (text, group, row) of the batch becomes one int64 key, segment << 32 | row with
+        # segment = text * 2 + group, so one sort counts, groups and orders the whole batch. The
+        # stable sort (timsort) makes use of the sorted runs of rows that the token cache holds.
+        lengths = [len(part) // _ROW_BYTES for part in parts]
+        keys = np.repeat(np.arange(0, len(parts) << 32, 1 << 32, dtype=np.int64), lengths)
+        keys |= np.frombuffer(b"".join(parts), dtype=np.int32)
+        keys.sort(kind="stable")
+        change = np.empty(len(keys) + 1, dtype=bool)  # where a run of equal keys starts or ends
+        change[0] = change[-1] = True
+        np.not_equal(keys[1:], keys[:-1], out=change[1:-1])
+        bounds = change.nonzero()[0]
+        starts = bounds[:-1]
+        distinct = keys[starts]
+        segment, rows = distinct >> 32, distinct & 0xFFFFFFFF
+        weights = (1.0 + np.log(bounds[1:] - starts)) * self.idf[rows]
+        norms = np.sqrt(np.bincount(segment, weights=weights * weights, minlength=len(parts)))
         weights = (weights / norms[segment]).astype(np.float32)
-        offsets = np.searchsorted(segment, np.arange(0, len(texts) * _GROUPS, _GROUPS, dtype=np.int64))
+        offsets = np.searchsorted(segment, np.arange(0, len(parts), _GROUPS, dtype=np.int64))
         return Bags(rows, weights, offsets)
 
     def _rows_of(self, hashes: Sequence[int]) -> np.ndarray:
@@ -253,13 +313,49 @@ class Featurizer:
         known[known] = self.buckets[rows[known]] == bucket[known]
         return np.where(known, rows, -1)
 
-    def _known_char_rows(self, token: str) -> np.ndarray:
-        rows = self._rows_of([stable_hash(gram, 1) for gram in _char_grams(token, self.config)])
-        return rows[rows >= 0].astype(np.int32)  # rows < max_features: exact, and half the cache
+    def _word_gram_rows(self, grams: list[str]) -> list[bytes]:
+        """Per word n-gram, its row as int32 bytes (b"" when unseen in training)."""
+        return _known_rows(self._rows_of([stable_hash(gram, 0) for gram in grams]), [1] * len(grams))
 
-    @staticmethod
-    def _cache(cache: dict[str, Any], key: str, value: Any) -> Any:
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        cache[key] = value
-        return value
+    def _token_char_rows(self, tokens: list[str]) -> list[bytes]:
+        """Per token, the sorted rows of its character n-grams seen in training, as int32 bytes."""
+        grams = [_char_grams(token, self.config) for token in tokens]
+        lengths = list(map(len, grams))
+        rows = self._rows_of([stable_hash(gram, 1) for token_grams in grams for gram in token_grams])
+        # sorted runs of rows, which the stable sort in _bags merges quickly
+        rows = rows[np.lexsort((rows, np.repeat(np.arange(len(tokens)), lengths)))]
+        return _known_rows(rows, lengths)
+
+
+def _known_rows(rows: np.ndarray, lengths: list[int]) -> list[bytes]:
+    """The known (>= 0) rows of each consecutive run of the given lengths, as int32 bytes."""
+    known = rows >= 0
+    data = rows[known].astype(np.int32).tobytes()  # rows < max_features: exact, and half the size
+    ends = np.concatenate(([0], np.cumsum(known)))[np.concatenate(([0], np.cumsum(lengths)))]
+    cuts = (ends * _ROW_BYTES).tolist()
+    return [data[a:b] for a, b in pairwise(cuts)]
+
+
+def _lookup(
+    cache: dict[str, bytes], keys: list[str], compute: Callable[[list[str]], list[bytes]]
+) -> dict[str, bytes]:
+    """The rows of every key, as a dict of their own (serving threads share the cache, and another
+    may empty it meanwhile): the cache's, and the others computed in one call and cached. A cache
+    that would outgrow _CACHE_LIMIT is emptied first; more new keys than it holds are not kept."""
+    found: dict[str, bytes] = {}
+    missing: list[str] = []
+    for key in dict.fromkeys(keys):  # each key once
+        rows = cache.get(key)
+        if rows is None:
+            missing.append(key)
+        else:
+            found[key] = rows
+    if not missing:
+        return found
+    computed = dict(zip(missing, compute(missing), strict=True))
+    if len(cache) + len(computed) > _CACHE_LIMIT:
+        cache.clear()
+    if len(computed) <= _CACHE_LIMIT:
+        cache.update(computed)
+    found.update(computed)
+    return found

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import functools
 import json
+import math
+import operator
 import subprocess
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainer import features
 from trainer.features import Featurizer, FeaturizerConfig, hashed_counts, tokenize
@@ -86,3 +92,159 @@ def test_the_n_gram_caches_stay_bounded_and_do_not_change_results(monkeypatch: p
     assert len(featurizer._word_rows) <= 4 and len(featurizer._char_rows) <= 4
     fresh = Featurizer(featurizer.config, featurizer.buckets, featurizer.idf).transform(TEXTS * 3)
     assert np.array_equal(bags.ids, fresh.ids) and np.array_equal(bags.weights, fresh.weights)
+
+
+# The definition of transform, text by text and n-gram by n-gram, against which the batched,
+# cached implementation must agree bit for bit.
+
+CORPUS = [
+    "Book a table for two tonight at the Italian place",
+    "play some jazz, play the jazz playlist please",
+    "Wird es morgen in München regnen? Straße, Größe",
+    "ΣΟΦΙΑΣ ΟΔΟΣ: σοφίας οδός",
+    "明日の天気を教えて、東京は晴れるかな",
+    "今天北京的天气怎么样",
+    "내일 서울 날씨 어때요",
+    "مَدْرَسَةٌ جَمِيلَةٌ في المدينة، مـدرسـة",
+    "ＦＵＬＬ　ｗｉｄｔｈ ﬁne ①② café cafe\u0301",
+    "add the song to my playlist ストリーミング playlist_2024",
+]
+CONFIGS = [
+    FeaturizerConfig(),
+    FeaturizerConfig(word_ngrams=3, char_ngram_min=1, char_ngram_max=3),
+    FeaturizerConfig(word_ngrams=1, char_ngram_min=3, char_ngram_max=6, buckets=1 << 10, max_features=300),
+    FeaturizerConfig(word_ngrams=0, char_ngram_min=4, char_ngram_max=4),
+]
+# one-character oddities: separators, final sigma, case and compatibility folds, jamo, combining
+# marks, Arabic marks and tatweel, variation selectors, CJK marks, an astral ideograph, ZWJ
+_ODD_CHARS = "\x00\n\t_Σςİßﬁ\uff21①ᄀ\u1161\u0301\u0640\u064e\u0651\u0670\ufe0f\U000e0100ㄱ〆ー𠀀\u200d"
+_ODD = ["", " ", "...", "42", "ΑΣ", "ｶﾞ", *_ODD_CHARS]
+_ALPHABET = st.sampled_from([*"aZ9_ -,.!?'éÖñΣσςΑ日本語東京漢字かなカナー한국어ㄱᄀمرحبا", *_ODD_CHARS])
+_PIECE = st.one_of(
+    st.sampled_from([word for text in CORPUS for word in text.split()]),
+    st.sampled_from(_ODD),
+    st.text(_ALPHABET, max_size=6),
+    st.text(max_size=6),
+)
+_TEXT = st.builds(
+    str.join, st.sampled_from([" ", "", ", ", "\x00", " \u064e"]), st.lists(_PIECE, max_size=12)
+)
+_BATCH = st.lists(_TEXT, max_size=8)
+
+
+@functools.cache
+def _fitted(config: FeaturizerConfig) -> Featurizer:
+    return Featurizer.fit(CORPUS, config)
+
+
+def _cold(config: FeaturizerConfig) -> Featurizer:
+    """The fitted featurizer, with empty caches."""
+    fitted = _fitted(config)
+    return Featurizer(config, fitted.buckets, fitted.idf)
+
+
+def _reference_bags(featurizer: Featurizer, texts: list[str]) -> features.Bags:
+    """The bags by the definition: per text and group, the known rows in order, weighted by
+    sublinear TF x IDF and divided by their L2 norm (summed in row order, as bincount does)."""
+    config = featurizer.config
+    ids: list[int] = []
+    weights: list[np.float32] = []
+    offsets: list[int] = []
+    for text in texts:
+        offsets.append(len(ids))
+        words, tokens = tokenize(text)
+        char_grams = [gram for token in tokens for gram in features._char_grams(token, config)]
+        for group, grams in enumerate((features._word_grams(words, config), char_grams)):
+            counts: Counter[int] = Counter()
+            for gram in grams:
+                bucket = features.stable_hash(gram, group) % config.buckets
+                row = int(np.searchsorted(featurizer.buckets, bucket))
+                if row < featurizer.rows and featurizer.buckets[row] == bucket:
+                    counts[row] += 1
+            rows = sorted(counts)
+            tf = 1.0 + np.log(np.array([counts[row] for row in rows], dtype=np.int64))
+            tf_idf = tf * featurizer.idf[rows]
+            norm = math.sqrt(functools.reduce(operator.add, (w * w for w in tf_idf.tolist()), 0.0))
+            ids += rows
+            weights += list((tf_idf / norm).astype(np.float32))
+    return features.Bags(
+        np.array(ids, dtype=np.int64), np.array(weights, dtype=np.float32), np.array(offsets, dtype=np.int64)
+    )
+
+
+def _assert_identical(bags: features.Bags, expected: features.Bags) -> None:
+    for got, want in zip(
+        (bags.ids, bags.weights, bags.offsets),
+        (expected.ids, expected.weights, expected.offsets),
+        strict=True,
+    ):
+        assert got.dtype == want.dtype
+        assert got.tobytes() == want.tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(CONFIGS), _BATCH)
+def test_transform_equals_the_reference_bit_for_bit_with_cold_and_warm_caches(
+    config: FeaturizerConfig, texts: list[str]
+) -> None:
+    featurizer = _cold(config)
+    expected = _reference_bags(featurizer, texts)
+    _assert_identical(featurizer.transform(texts), expected)
+    _assert_identical(featurizer.transform(texts), expected)  # from the caches
+    _assert_identical(featurizer.transform(texts[::-1]), _reference_bags(featurizer, texts[::-1]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(CONFIGS), st.lists(_BATCH, min_size=1, max_size=4), st.integers(1, 12), st.integers(1, 3)
+)
+def test_transform_equals_the_reference_while_the_caches_fill_and_empty(
+    config: FeaturizerConfig, batches: list[list[str]], limit: int, chunk: int
+) -> None:
+    featurizer = _cold(config)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(features, "_CACHE_LIMIT", limit)
+        patch.setattr(features, "_CHUNK", chunk)
+        for texts in [*batches, *batches]:
+            _assert_identical(featurizer.transform(texts), _reference_bags(featurizer, texts))
+            assert len(featurizer._word_rows) <= limit and len(featurizer._char_rows) <= limit
+
+
+@given(_BATCH)
+def test_a_batch_tokenises_as_its_texts_one_by_one(texts: list[str]) -> None:
+    assert features._tokenize_all(texts) == [tokenize(text) for text in texts]
+
+
+def test_batch_tokenising_keeps_final_sigma_and_marks_at_the_text_boundaries() -> None:
+    texts = ["ΟΔΟΣ", "Σοφία", "\u0301e", "مَ", "ｶ", "\uff9e", "ΑΣ\x00Σ"]
+    assert features._tokenize_all(texts) == [tokenize(text) for text in texts]
+    assert features._tokenize_all(texts)[0][0] == ["οδος"]
+
+
+def test_latin1_text_is_cut_into_the_runs_the_regular_expression_finds() -> None:
+    text = "".join(f"a{chr(code)}b{chr(code)}{chr(code)} " for code in range(256))
+    runs = features._RUN.findall(text)
+    assert features._split(text) == (runs, runs)
+
+
+@given(st.lists(st.text(_ALPHABET, min_size=1, max_size=3), max_size=8), st.integers(0, 4))
+def test_word_grams_are_the_runs_of_1_to_n_words(words: list[str], n: int) -> None:
+    expected = [" ".join(words[i : i + k]) for k in range(1, n + 1) for i in range(len(words) - k + 1)]
+    assert features._word_grams(words, FeaturizerConfig(word_ngrams=n)) == expected
+
+
+def test_a_transform_survives_another_thread_emptying_the_caches_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the serving threads share one model; here the "other thread" empties both caches between the
+    # look-up of the missing word n-grams and that of the missing tokens
+    featurizer = _cold(FeaturizerConfig())
+    compute = featurizer._token_char_rows
+
+    def compute_while_the_caches_empty(tokens: list[str]) -> list[bytes]:
+        featurizer._word_rows.clear()
+        featurizer._char_rows.clear()
+        return compute(tokens)
+
+    monkeypatch.setattr(featurizer, "_token_char_rows", compute_while_the_caches_empty)
+    _assert_identical(featurizer.transform(CORPUS), _reference_bags(featurizer, CORPUS))

@@ -1,0 +1,217 @@
+"""Featurisation speed: Featurizer.transform against the pre-optimisation algorithm.
+
+    python benchmarks/featurize_bench.py [DATASET_DIR] [--rounds 15]
+
+Fits a Featurizer on DATASET_DIR/train.csv (default: the shared snips set), then times
+``transform`` on the texts of DATASET_DIR/test.csv (shuffled once, seed 0) in batches of 1
+and of 30: with warm caches (every test text transformed once beforehand) and with cold
+ones (a fresh featurizer per batch, built outside the timer). The ``baseline`` is the
+transform of before the batched rewrite, kept below for comparison: per text, per word
+n-gram and per token Python with a numpy call for every cache miss. Both run side by side
+in one process, rounds interleaved; a figure is the best round's mean microseconds per text
+(the least disturbed by other load on the machine). Both must give identical bags first.
+
+Prints one JSON object: ``results``, one entry per (impl, batch, cache), and ``speedup``,
+baseline time over new time per (batch, cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import time
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+
+from trainer import read_labelled_csv
+from trainer.features import (
+    _DROPPED,
+    _GROUPS,
+    _RUN,
+    _TOKEN,
+    _UNSEGMENTED_CHAR,
+    Bags,
+    Featurizer,
+    FeaturizerConfig,
+    _char_grams,
+    stable_hash,
+)
+from trainer.hparams import DEFAULT_HPARAMS
+
+SNIPS = Path(__file__).resolve().parents[2] / "shared" / "data" / "snips"
+BATCHES = (1, 30)
+COLD_TEXTS = 150  # texts timed per round with cold caches
+
+
+def _tokenize_before(text: str) -> tuple[list[str], list[str]]:
+    """tokenize() as it was before the rewrite: the regular expressions for every text."""
+    folded = unicodedata.normalize("NFKC", text).lower()
+    if not folded.isascii():
+        folded = _DROPPED.sub("", folded)
+        if _UNSEGMENTED_CHAR.search(folded):
+            tokens = _TOKEN.findall(folded)
+            words: list[str] = []
+            for token in tokens:
+                if _UNSEGMENTED_CHAR.match(token):
+                    words.extend(token)
+                else:
+                    words.append(token)
+            return words, tokens
+    runs = _RUN.findall(folded)
+    return runs, runs
+
+
+class Baseline:
+    """The pre-optimisation transform (for comparison only): the same bags, computed per text,
+    with its own n-gram caches as they were (row ints, per-token numpy arrays)."""
+
+    def __init__(self, featurizer: Featurizer) -> None:
+        self.featurizer = featurizer
+        self.word_rows: dict[str, int] = {}
+        self.char_rows: dict[str, np.ndarray] = {}
+
+    def transform(self, texts: Sequence[str]) -> Bags:
+        featurizer, config = self.featurizer, self.featurizer.config
+        width = max(featurizer.rows, 1)
+        word_keys: list[int] = []
+        char_parts: list[np.ndarray] = [np.zeros(0, dtype=np.int32)]
+        char_bases: list[int] = [0]
+        for index, text in enumerate(texts):
+            words, tokens = _tokenize_before(text)
+            base = index * _GROUPS * width
+            grams = words[:] if config.word_ngrams >= 1 else []
+            for n in range(2, config.word_ngrams + 1):
+                grams += [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+            for gram in grams:
+                row = self.word_rows.get(gram)
+                if row is None:
+                    row = self.word_rows[gram] = int(featurizer._rows_of([stable_hash(gram, 0)])[0])
+                if row >= 0:
+                    word_keys.append(base + row)
+            for token in tokens:
+                rows = self.char_rows.get(token)
+                if rows is None:
+                    found = featurizer._rows_of([stable_hash(gram, 1) for gram in _char_grams(token, config)])
+                    rows = self.char_rows[token] = found[found >= 0].astype(np.int32)
+                char_parts.append(rows)
+                char_bases.append(base + width)
+        lengths = np.fromiter(map(len, char_parts), dtype=np.int64, count=len(char_parts))
+        char_keys = np.concatenate(char_parts) + np.repeat(np.asarray(char_bases, dtype=np.int64), lengths)
+        keys = np.concatenate((np.asarray(word_keys, dtype=np.int64), char_keys))
+        keys.sort()
+        first = np.empty(len(keys), dtype=bool)
+        first[:1] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        count = np.diff(np.append(starts, len(keys)))
+        segment, rows = np.divmod(keys[starts], width)
+        weights = (1.0 + np.log(count)) * featurizer.idf[rows]
+        norms = np.sqrt(np.bincount(segment, weights=weights * weights, minlength=len(texts) * _GROUPS))
+        weights = (weights / norms[segment]).astype(np.float32)
+        offsets = np.searchsorted(segment, np.arange(0, len(texts) * _GROUPS, _GROUPS, dtype=np.int64))
+        return Bags(rows, weights, offsets)
+
+
+Transform = Callable[[Sequence[str]], Bags]
+
+
+def _implementations(fitted: Featurizer) -> dict[str, Callable[[], Transform]]:
+    """Per implementation, a factory of transforms with empty caches."""
+
+    def fresh() -> Featurizer:
+        return Featurizer(fitted.config, fitted.buckets, fitted.idf)
+
+    return {"new": lambda: fresh().transform, "baseline": lambda: Baseline(fresh()).transform}
+
+
+def _fingerprint(bags: Bags) -> list[tuple[np.dtype, bytes]]:
+    return [(array.dtype, array.tobytes()) for array in (bags.ids, bags.weights, bags.offsets)]
+
+
+def _check_identical(implementations: dict[str, Callable[[], Transform]], texts: list[str]) -> None:
+    """Exit unless every implementation gives the baseline's bags, bit for bit, cold and warm."""
+    expected = _fingerprint(implementations["baseline"]()(texts))
+    for impl, make in implementations.items():
+        transform = make()
+        if _fingerprint(transform(texts)) != expected or _fingerprint(transform(texts)) != expected:
+            raise SystemExit(f"{impl} disagrees with the baseline")
+
+
+def _us_per_text(
+    make: Callable[[], Transform], batches: list[list[str]], warm_with: list[str] | None
+) -> float:
+    """Mean microseconds per text over the batches: one transform, warmed on warm_with, for all of
+    them; or, without warm_with, a new transform (empty caches) for each batch."""
+    elapsed = 0.0
+    transform = make()
+    if warm_with is not None:
+        transform(warm_with)
+    for batch in batches:
+        if warm_with is None:
+            transform = make()
+        start = time.perf_counter()
+        transform(batch)
+        elapsed += time.perf_counter() - start
+    return elapsed / sum(map(len, batches)) * 1e6
+
+
+def _served_config() -> FeaturizerConfig:
+    """The featurizer settings of every trained model (trainer.engine copies them from the hparams)."""
+    return FeaturizerConfig(
+        **{field.name: getattr(DEFAULT_HPARAMS, field.name) for field in fields(FeaturizerConfig)}
+    )
+
+
+def _best_times(
+    implementations: dict[str, Callable[[], Transform]], texts: list[str], rounds: int
+) -> dict[tuple[str, int, str], float]:
+    """(impl, batch, cache) -> the best round's microseconds per text."""
+    best: dict[tuple[str, int, str], float] = {}
+    gc.disable()  # a collection would land in whichever timer runs
+    try:
+        for _ in range(rounds):
+            for size in BATCHES:
+                batches = [texts[i : i + size] for i in range(0, len(texts) - size + 1, size)]
+                cold = batches[: max(1, COLD_TEXTS // size)]  # cold runs are slow: fewer of them
+                for cache, timed, warm_with in (("warm", batches, texts), ("cold", cold, None)):
+                    for impl, make in implementations.items():
+                        figure = _us_per_text(make, timed, warm_with)
+                        best[impl, size, cache] = min(best.get((impl, size, cache), figure), figure)
+    finally:
+        gc.enable()
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "dataset", nargs="?", type=Path, default=SNIPS, help="folder of train.csv and test.csv"
+    )
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; the best one counts")
+    args = parser.parse_args()
+    fitted = Featurizer.fit(read_labelled_csv(args.dataset / "train.csv").texts, _served_config())
+    texts = read_labelled_csv(args.dataset / "test.csv").texts
+    random.Random(0).shuffle(texts)
+    implementations = _implementations(fitted)
+    _check_identical(implementations, texts)
+    best = _best_times(implementations, texts, args.rounds)
+    results = [
+        {"impl": impl, "batch": size, "cache": cache, "us_per_text": round(figure, 2)}
+        for (impl, size, cache), figure in best.items()
+    ]
+    speedup = {
+        f"batch{size}_{cache}": round(best["baseline", size, cache] / best["new", size, cache], 2)
+        for (impl, size, cache) in best
+        if impl == "new"
+    }
+    print(json.dumps({"results": results, "speedup": speedup}))
+
+
+if __name__ == "__main__":
+    main()

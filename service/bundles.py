@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from service import datasets, jobs, quotas, status_events
 from service.classifiers import check_language
 from service.errors import BadRequest, Conflict
-from service.models import Classifier, ClassifierStatus, ClassifierVersion
+from service.models import Classifier, ClassifierMode, ClassifierStatus, ClassifierVersion
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.bundle import BundleInvalid, extract_bundle, write_bundle
@@ -67,7 +67,7 @@ def import_bundle(
     try:
         try:
             extracted = extract_bundle(bundle, staging, max_bytes=settings.max_upload_bytes)
-            LoadedModel.load(staging)  # its tensors load and fit its configs
+            loaded = LoadedModel.load(staging)  # its tensors load and fit its configs
         except (BundleInvalid, CheckpointCorrupt) as exc:
             raise BadRequest(BUNDLE_FIELD, str(exc)) from None
         about = extracted.about
@@ -80,6 +80,7 @@ def import_bundle(
             status=ClassifierStatus.AVAILABLE.value,
             status_description=jobs.AVAILABLE_DESCRIPTION,
             metrics=extracted.meta.get("metrics"),
+            mode=(ClassifierMode.MULTI_LABEL if loaded.multi_label else ClassifierMode.SINGLE_LABEL).value,
             serving_version=1,
             latest_version=1,
             created_at=now,

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from service import jobs, status_events, versions, webhooks
 from service.datasets import StagedDataset
 from service.errors import BadRequest, Conflict, NotFound
-from service.models import Classifier, ClassifierStatus, Dataset, JobEvent, Promote
+from service.models import Classifier, ClassifierMode, ClassifierStatus, Dataset, JobEvent, Promote
 from service.queue import enqueue_training
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -41,12 +41,14 @@ def create_classifier(
     source: StagedDataset | Dataset,
     now: datetime,
     promote: Promote = Promote.AUTO,
+    mode: ClassifierMode = ClassifierMode.SINGLE_LABEL,
     callback_url: str | None = None,
 ) -> Classifier:
     """Record a classifier, its version 1 and its queued job (and, for an upload, its own
     dataset) in one commit, then wake a worker. If the message cannot be sent the job stays
     queued for the reconciler. The status events of its training go to ``callback_url``
-    (already checked), if any; ``promote`` says when its later versions start serving.
+    (already checked), if any; ``promote`` says when its later versions start serving, ``mode``
+    whether it predicts one class per text or several.
 
     On any failure before the commit nothing is kept: no rows, no files.
     """
@@ -59,6 +61,7 @@ def create_classifier(
             status_description=jobs.TRAINING_DESCRIPTION,
             latest_version=1,
             promote=promote.value,
+            mode=mode.value,
             created_at=now,
             updated_at=now,
         )

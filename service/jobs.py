@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from service import status_events, version_view
 from service.models import (
     Classifier,
+    ClassifierMode,
     ClassifierStatus,
     ClassifierVersion,
     Dataset,
@@ -78,6 +79,7 @@ class JobContext:
     tenant_id: str
     classifier_id: str
     version: int
+    multi_label: bool  # the classifier's mode
     state: str
     epoch: int
     attempts: int
@@ -579,7 +581,8 @@ def reclaimable_jobs(session: Session, *, now: datetime) -> list[str]:
 def job_context(session: Session, job_id: str) -> JobContext | None:
     """What a worker needs to train ``job_id``; None when the job row is gone."""
     row = session.execute(
-        select(TrainingJob, Dataset.path)
+        select(TrainingJob, Dataset.path, Classifier.mode)
+        .join(Classifier, Classifier.id == TrainingJob.classifier_id)
         .join(ClassifierVersion, _version_of_job())
         .outerjoin(Dataset, Dataset.id == ClassifierVersion.dataset_id)
         .where(TrainingJob.id == job_id)
@@ -587,12 +590,13 @@ def job_context(session: Session, job_id: str) -> JobContext | None:
     session.commit()  # end the read transaction; callers hold no locks between calls
     if row is None:
         return None
-    job, dataset_path = row
+    job, dataset_path, mode = row
     return JobContext(
         job_id=job.id,
         tenant_id=job.tenant_id,
         classifier_id=job.classifier_id,
         version=job.version,
+        multi_label=mode == ClassifierMode.MULTI_LABEL.value,
         state=job.state,
         epoch=job.epoch,
         attempts=job.attempts,

@@ -104,6 +104,14 @@ class Delivery(enum.StrEnum):
     FAILED = "failed"
 
 
+class ClassifierMode(enum.StrEnum):
+    """What a classifier predicts: one class per text (NLC's, the default), or any number of
+    classes, each with an independent confidence (the rows of one text name its classes)."""
+
+    SINGLE_LABEL = "single_label"
+    MULTI_LABEL = "multi_label"
+
+
 class Promote(enum.StrEnum):
     """When a classifier's newly trained version starts serving: at once, if it is newer than
     the serving one (``auto``), or on the tenant's ``promote`` call (``manual``). A classifier's
@@ -201,6 +209,7 @@ class Classifier(TrainedModel, Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(256))
     language: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(16), default=ClassifierMode.SINGLE_LABEL.value)  # revision 0005
     # Versions (revision 0005): the one serving (None until one is Available), the newest number
     # given out, and when a new one is promoted.
     serving_version: Mapped[int | None] = mapped_column(Integer, default=None)

@@ -196,6 +196,23 @@ class ModelCache:
             total -= oldest.nbytes
 
 
+@dataclass(frozen=True)
+class Classified:
+    """Per text, every class with its confidence, highest first, and for a multi-label model the
+    classes it predicts (``labels``; None per text for a single-label one, whose NLC reply has
+    no such field)."""
+
+    scores: list[Scores]
+    labels: list[list[str] | None]
+
+
+def classified(model: LoadedModel, scores: list[Scores]) -> Classified:
+    """``scores`` of ``model`` with its predicted labels."""
+    if not model.multi_label:
+        return Classified(scores, [None] * len(scores))
+    return Classified(scores, [model.labels_of(text_scores) for text_scores in scores])
+
+
 def check_texts(texts: Sequence[str], *, field: str, max_chars: int) -> list[str]:
     """NLC's classify input rules: each text non-empty and at most ``max_chars``; BadRequest."""
     for text in texts:
@@ -217,8 +234,9 @@ async def classify(
     texts: Sequence[str],
     *,
     still_exists: Callable[[], bool] = lambda: True,
-) -> list[Scores]:
-    """Per text, every class with its confidence, highest first, summing to 1.
+) -> Classified:
+    """Per text, every class with its confidence, highest first (summing to 1, unless the model
+    is multi-label: then with the classes it predicts).
 
         Conflict when the classifier is not Available. When its model cannot be read: NotFound
         if ``still_exists()`` (run in a thread) says it was deleted meanwhile, else
@@ -238,7 +256,7 @@ async def classify(
         raise ServiceUnavailable(
             f"the model of classifier '{classifier.id}' cannot be loaded: {exc}"
         ) from exc
-    return await cache.inference.classify(model, list(texts))
+    return classified(model, await cache.inference.classify(model, list(texts)))
 
 
 def use_one_torch_thread() -> None:

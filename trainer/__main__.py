@@ -1,12 +1,17 @@
 """`python -m trainer fit|eval`: train a model from a CSV file, or evaluate one on a CSV file.
 
     python -m trainer fit TRAIN.csv --out MODEL_DIR [--workdir D] [--learners K] [--device D]
+                          [--multi-label]
         K learner processes on the embedded parameter server (0 = one per core, the
         default; 1 = in-process). A live progress line on stderr, a JSON summary on stdout. Checkpoints go to
         D (default MODEL_DIR.ckpt beside MODEL_DIR); rerunning an interrupted fit (Ctrl-C,
         a crash) resumes from them. The default workdir is removed after success.
+        --multi-label: the rows of one text are one example with all their labels.
     python -m trainer eval MODEL_DIR TEST.csv
-        One JSON line: {"accuracy": .., "macro_f1": .., "n": ..}.
+        One JSON line: {"accuracy": .., "macro_f1": .., "n": ..}; for a multi-label model
+        (TEST.csv's rows grouped by text likewise) {"micro_f1", "macro_f1", "micro_precision",
+        "micro_recall", "macro_precision", "macro_recall", "hamming_loss", "subset_accuracy",
+        "n", "threshold"}.
 
 Exit status: 0 success, 1 a trainer error (message on stderr), 130 stopped by Ctrl-C.
 """
@@ -21,12 +26,23 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainer.data import read_labelled_csv
+from trainer.data import LabelledData, read_labelled_csv
 from trainer.engine import train
 from trainer.errors import TrainerError, TrainingStopped
-from trainer.evaluate import classification_report
+from trainer.evaluate import classification_report, multilabel_report
 from trainer.inference import LoadedModel
 from trainer.progress import Progress
+
+SUMMARY_KEYS = ("accuracy", "macro_f1", "n", "evaluated_on")
+MULTI_LABEL_SUMMARY_KEYS = (
+    "micro_f1",
+    "macro_f1",
+    "hamming_loss",
+    "subset_accuracy",
+    "n",
+    "threshold",
+    "evaluated_on",
+)
 
 
 def _print_progress(progress: Progress) -> None:
@@ -64,6 +80,7 @@ def _fit(args: argparse.Namespace) -> int:
             device=args.device,
             on_progress=_print_progress,
             should_stop=lambda: stop_requested,
+            multi_label=args.multi_label,
         )
     except TrainingStopped as exc:
         sys.stderr.write(f"\n{exc}; run the same command again to resume\n")
@@ -75,6 +92,7 @@ def _fit(args: argparse.Namespace) -> int:
     if default_workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     metrics = result.metrics
+    keys = MULTI_LABEL_SUMMARY_KEYS if args.multi_label else SUMMARY_KEYS
     print(
         json.dumps(
             {
@@ -85,7 +103,7 @@ def _fit(args: argparse.Namespace) -> int:
                 "learners": result.learners,
                 "ps": {k: result.ps[k] for k in ("pushed", "applied", "dropped")},
                 "train_seconds": round(result.train_seconds, 3),
-                "metrics": {k: metrics[k] for k in ("accuracy", "macro_f1", "n", "evaluated_on")},
+                "metrics": {k: metrics[k] for k in keys},
             }
         )
     )
@@ -99,10 +117,23 @@ def _eval(args: argparse.Namespace) -> int:
     except TrainerError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
+    print(json.dumps(_multilabel_scores(model, data) if model.multi_label else _scores(model, data)))
+    return 0
+
+
+def _scores(model: LoadedModel, data: LabelledData) -> dict[str, object]:
     predicted = [scores[0][0] for scores in model.classify(data.texts)]
     report = classification_report(data.labels, predicted)
-    print(json.dumps({"accuracy": report["accuracy"], "macro_f1": report["macro_f1"], "n": report["n"]}))
-    return 0
+    return {"accuracy": report["accuracy"], "macro_f1": report["macro_f1"], "n": report["n"]}
+
+
+def _multilabel_scores(model: LoadedModel, data: LabelledData) -> dict[str, object]:
+    """The multi-label report without per-class figures, on the test rows grouped by text."""
+    examples = data.grouped()
+    predicted = [model.labels_of(scores) for scores in model.classify(examples.texts)]
+    report = multilabel_report(examples.label_sets, predicted)
+    del report["per_class"]
+    return {**report, "threshold": model.threshold}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,6 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("cpu", "cuda", "auto"),
         default="cpu",
         help="cpu (default), or cuda: learners as CUDA streams sharing one GPU (untested on hardware)",
+    )
+    fit.add_argument(
+        "--multi-label",
+        action="store_true",
+        help="one example per distinct text with all its rows' labels; one sigmoid per class",
     )
     fit.set_defaults(run=_fit)
     evaluate = commands.add_parser("eval", help="accuracy of a model on a CSV with header text,label")

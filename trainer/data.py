@@ -1,4 +1,10 @@
-"""Labelled training text: reading the CSV format, validating it, and splitting it."""
+"""Labelled training text: reading the CSV format, validating it, and splitting it.
+
+The CSV has one row per (text, label) pair. Single-label training reads each row as one
+example (LabelledData); multi-label training reads every row with the same text as ONE
+example whose label set is the union of those rows' labels (LabelledData.grouped), which is
+how a Watson NLC row naming several classes (``text,class1,class2``) is stored.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +39,34 @@ class LabelledData:
     def classes(self) -> list[str]:
         """The distinct labels, sorted (the model's class order)."""
         return sorted(set(self.labels))
+
+    def grouped(self) -> MultiLabelData:
+        """The multi-label reading of these rows: one example per distinct text, in first-seen
+        order, whose label set is the union of the labels of that text's rows."""
+        by_text: dict[str, set[str]] = {}
+        for text, label in zip(self.texts, self.labels, strict=True):
+            by_text.setdefault(text, set()).add(label)
+        return MultiLabelData(list(by_text), [tuple(sorted(labels)) for labels in by_text.values()])
+
+
+@dataclass(frozen=True)
+class MultiLabelData:
+    """Parallel lists of distinct texts and their label sets (each a sorted, non-empty tuple)."""
+
+    texts: list[str]
+    label_sets: list[tuple[str, ...]]
+
+    def __post_init__(self) -> None:
+        if len(self.texts) != len(self.label_sets):
+            raise ValueError(f"{len(self.texts)} texts but {len(self.label_sets)} label sets")
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def classes(self) -> list[str]:
+        """The distinct labels of all sets, sorted (the model's class order)."""
+        return sorted({label for labels in self.label_sets for label in labels})
 
 
 def read_labelled_csv(path: Path) -> LabelledData:
@@ -79,7 +113,7 @@ def parse_labelled_csv(content: str) -> LabelledData:
     return LabelledData(texts, labels)
 
 
-def check_trainable(data: LabelledData) -> None:
+def check_trainable(data: LabelledData | MultiLabelData) -> None:
     """Raise InvalidTrainingData(0, ...) unless the data has examples of at least two classes."""
     if len(data) == 0:
         raise InvalidTrainingData(0, "the training data has no examples")
@@ -107,6 +141,39 @@ def stratified_split(labels: list[str], fraction: float, seed: int) -> tuple[np.
     is_validation = np.zeros(len(labels), dtype=bool)
     is_validation[validation] = True
     everything = np.arange(len(labels), dtype=np.int64)
+    return everything[~is_validation], everything[is_validation]
+
+
+def multilabel_split(
+    label_sets: list[tuple[str, ...]], fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded split of multi-label example indices into (train, validation), both sorted.
+
+    Stratifying by label set (each distinct combination as one class) would keep every
+    example of a rare combination in training, and with many classes most combinations are
+    rare, so validation would hold mostly the common single-label examples: the threshold
+    chosen on it would be chosen for the wrong mix. Instead, examples are visited in one
+    seeded random order and moved to validation, up to round(fraction * examples), when every
+    class of theirs keeps at least 2 examples in training: the rule of stratified_split (a
+    class with fewer than 3 examples gives none), applied per class rather than per example.
+    """
+    rng = np.random.default_rng(seed)
+    in_training: dict[str, int] = {}
+    for labels in label_sets:
+        for label in labels:
+            in_training[label] = in_training.get(label, 0) + 1
+    take = int(round(fraction * len(label_sets)))
+    is_validation = np.zeros(len(label_sets), dtype=bool)
+    taken = 0
+    for index in rng.permutation(len(label_sets)).tolist():
+        if taken >= take:
+            break
+        if all(in_training[label] > 2 for label in label_sets[index]):
+            is_validation[index] = True
+            taken += 1
+            for label in label_sets[index]:
+                in_training[label] -= 1
+    everything = np.arange(len(label_sets), dtype=np.int64)
     return everything[~is_validation], everything[is_validation]
 
 

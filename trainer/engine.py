@@ -13,6 +13,11 @@ epoch's order from ``numpy.random.default_rng([seed, epoch])``, and nothing else
 random numbers, so with K = 1 a stopped-and-resumed run ends with the same weights and the
 same number of applied updates as an uninterrupted one. With K > 1 the interleaving of
 updates varies; the number of applied updates of a run without early stopping does not.
+
+Multi-label mode (``train(..., multi_label=True)``) is the same loop on other examples and
+targets: the rows grouped by text (trainer.data.MultiLabelData), a multi-hot target matrix,
+one sigmoid per class trained with binary cross-entropy, a validation score of micro-F1, and
+one decision threshold chosen on the held-out scores (docs/model.md, "Multi-label").
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +40,22 @@ import torch.nn.functional as F
 
 from trainer import checkpoint as ckpt
 from trainer.calibration import calibrate, top1_ece
-from trainer.data import LabelledData, check_trainable, stratified_folds, stratified_split
+from trainer.data import (
+    LabelledData,
+    MultiLabelData,
+    check_trainable,
+    multilabel_split,
+    stratified_folds,
+    stratified_split,
+)
 from trainer.errors import NonFiniteLoss, TrainerError, TrainingStopped
-from trainer.evaluate import classification_report
+from trainer.evaluate import (
+    DEFAULT_THRESHOLD,
+    choose_threshold,
+    classification_report,
+    decide,
+    multilabel_report,
+)
 from trainer.features import Bags, Featurizer, FeaturizerConfig
 from trainer.hparams import DEFAULT_HPARAMS, HParams
 from trainer.inference import LoadedModel, bag_tensors, save_model
@@ -50,6 +69,8 @@ from trainer.ps.server import OptimizerConfig, ParameterServer
 from trainer.step import DataCursor, TextClassifierTask, model_parameters
 
 MAX_RESTARTS = 2  # sessions restarted from the last checkpoint after a suspect state, per call
+
+TrainingData = LabelledData | MultiLabelData  # single-label rows, or multi-label examples
 
 
 @dataclass(frozen=True)
@@ -71,9 +92,10 @@ class _Prepared:
     """Everything derived from the data and the hparams before the first update."""
 
     labels: list[str]
+    multi_label: bool
     featurizer: Featurizer
     train_bags: Bags
-    train_targets: np.ndarray
+    train_targets: np.ndarray  # class ids, or multi-hot rows (see _targets)
     validation_bags: Bags | None
     validation_targets: np.ndarray | None
     steps_per_epoch: int
@@ -82,18 +104,61 @@ class _Prepared:
     max_rows: int  # the most embedding rows one mini-batch can touch (slot capacity)
 
 
-def _fingerprint(data: LabelledData) -> str:
+def _fingerprint(data: TrainingData) -> str:
+    """SHA-256 of the examples; a multi-label run's differs from a single-label run's of the
+    same rows, so that neither resumes the other's checkpoint."""
     digest = hashlib.sha256()
-    for text, label in zip(data.texts, data.labels, strict=True):
+    if isinstance(data, MultiLabelData):
+        digest.update(b"multi-label\x00")
+        labels = ["\x00".join(label_set) for label_set in data.label_sets]
+    else:
+        labels = data.labels
+    for text, label in zip(data.texts, labels, strict=True):
         digest.update(text.encode("utf-8") + b"\x00" + label.encode("utf-8") + b"\x01")
     return digest.hexdigest()
 
 
-def _prepare(data: LabelledData, hparams: HParams, fingerprint: str) -> _Prepared:
+def _targets(data: TrainingData, labels: list[str]) -> np.ndarray:
+    """Each example's target: its class id (int64), or for multi-label data a multi-hot row
+    (examples x classes, uint8: a quarter of float32's memory at 20,000 x 3,000, turned into
+    float per mini-batch)."""
+    column = {label: i for i, label in enumerate(labels)}
+    if isinstance(data, LabelledData):
+        return np.asarray([column[label] for label in data.labels], dtype=np.int64)
+    hot = np.zeros((len(data), len(labels)), dtype=np.uint8)
+    for row, label_set in enumerate(data.label_sets):
+        hot[row, [column[label] for label in label_set]] = 1
+    return hot
+
+
+def _split(data: TrainingData, hparams: HParams) -> tuple[np.ndarray, np.ndarray]:
+    """The seeded (train, validation) split: stratified by class, or multilabel_split's."""
+    if isinstance(data, MultiLabelData):
+        return multilabel_split(data.label_sets, hparams.validation_fraction, hparams.seed)
+    return stratified_split(data.labels, hparams.validation_fraction, hparams.seed)
+
+
+def _folds(data: TrainingData, hparams: HParams) -> np.ndarray:
+    """Cross-fitting's stratified folds; multi-label examples are stratified by label set
+    (every distinct combination dealt round the folds, rare ones too)."""
+    keys = data.labels if isinstance(data, LabelledData) else ["\x00".join(s) for s in data.label_sets]
+    return stratified_folds(keys, hparams.cross_fit_folds, hparams.seed)
+
+
+def _subset(data: TrainingData, indices: np.ndarray) -> TrainingData:
+    """The examples at ``indices``, of the same kind as ``data``."""
+    texts = [data.texts[i] for i in indices]
+    if isinstance(data, MultiLabelData):
+        return MultiLabelData(texts, [data.label_sets[i] for i in indices])
+    return LabelledData(texts, [data.labels[i] for i in indices])
+
+
+def _prepare(data: TrainingData, hparams: HParams, fingerprint: str) -> _Prepared:
     """Split, fit the featurizer on the training part, and plan the epochs.
 
     Validation split: a seeded stratified ``validation_fraction`` (classes with fewer than
-    3 examples stay whole in training). When it would hold fewer than
+    3 examples stay whole in training; multi-label data: see multilabel_split). When it
+    would hold fewer than
     ``min_validation_rows`` examples, there is no split: on a few dozen examples a
     validation set of a handful of rows measures noise (one example is several points of
     accuracy), early stopping on it stops at random, and holding those rows out costs the
@@ -103,9 +168,8 @@ def _prepare(data: LabelledData, hparams: HParams, fingerprint: str) -> _Prepare
     and its held-out scores come from cross-fitting (_cross_fit).
     """
     labels = data.classes
-    class_id = {label: i for i, label in enumerate(labels)}
-    targets = np.asarray([class_id[label] for label in data.labels], dtype=np.int64)
-    train_idx, validation_idx = stratified_split(data.labels, hparams.validation_fraction, hparams.seed)
+    targets = _targets(data, labels)
+    train_idx, validation_idx = _split(data, hparams)
     if len(validation_idx) < hparams.min_validation_rows:
         train_idx, validation_idx = np.arange(len(data), dtype=np.int64), np.zeros(0, dtype=np.int64)
     config = FeaturizerConfig(
@@ -127,6 +191,7 @@ def _prepare(data: LabelledData, hparams: HParams, fingerprint: str) -> _Prepare
     max_rows = int(np.sort(lengths)[::-1][: hparams.batch_size].sum())
     return _Prepared(
         labels=labels,
+        multi_label=isinstance(data, MultiLabelData),
         featurizer=featurizer,
         train_bags=train_bags,
         train_targets=targets[train_idx],
@@ -146,7 +211,7 @@ class _LoopState:
     epoch: int
     seed: int
     positions: list[int]  # each learner's committed position in its shard of ``epoch``
-    best_accuracy: float = -1.0
+    best_accuracy: float = -1.0  # the best validation score: accuracy, or micro-F1 (multi-label)
     best_loss: float = math.inf
     best_weights: dict[str, torch.Tensor] | None = None
     bad_epochs: int = 0
@@ -154,7 +219,7 @@ class _LoopState:
     loss_sum: float = 0.0
     loss_count: int = 0
     last_epoch_loss: float | None = None
-    validation_accuracy: float | None = None  # of the last epoch's end; None without a split
+    validation_accuracy: float | None = None  # the score of the last epoch's end; None without a split
     checkpoints: int = 0
     resumed: int = 0
     train_seconds: float = 0.0
@@ -265,8 +330,15 @@ def _logits(model: TextClassifier, bags: Bags) -> torch.Tensor:
         return model(*(t.to(device) for t in bag_tensors(bags))).cpu()
 
 
-def _validate(model: TextClassifier, bags: Bags, targets: np.ndarray) -> tuple[float, float]:
+def _validate(
+    model: TextClassifier, bags: Bags, targets: np.ndarray, multi_label: bool
+) -> tuple[float, float]:
+    """(score, loss) of the validation split: accuracy and cross-entropy, or for a multi-label
+    model micro-F1 at the threshold best for it now, and binary cross-entropy."""
     logits = _logits(model, bags)
+    if multi_label:
+        loss = float(F.binary_cross_entropy_with_logits(logits, torch.from_numpy(targets).to(logits.dtype)))
+        return choose_threshold(torch.sigmoid(logits).numpy(), targets.astype(bool))[1], loss
     loss = float(F.cross_entropy(logits, torch.from_numpy(targets)))
     accuracy = float((logits.argmax(dim=1).numpy() == targets).mean())
     return accuracy, loss
@@ -275,13 +347,15 @@ def _validate(model: TextClassifier, bags: Bags, targets: np.ndarray) -> tuple[f
 def _end_epoch(model: TextClassifier, state: _LoopState, prepared: _Prepared, hparams: HParams) -> None:
     """Early-stopping bookkeeping after the last update of an epoch, then move the cursors on.
 
-    Better = higher validation accuracy, or equal accuracy with lower validation loss.
+    Better = higher validation score (_validate), or an equal score with lower validation loss.
     """
     if prepared.validation_bags is not None and prepared.validation_targets is not None:
-        accuracy, loss = _validate(model, prepared.validation_bags, prepared.validation_targets)
-        state.validation_accuracy = accuracy
-        if (accuracy, -loss) > (state.best_accuracy, -state.best_loss):
-            state.best_accuracy, state.best_loss, state.bad_epochs = accuracy, loss, 0
+        score, loss = _validate(
+            model, prepared.validation_bags, prepared.validation_targets, prepared.multi_label
+        )
+        state.validation_accuracy = score
+        if (score, -loss) > (state.best_accuracy, -state.best_loss):
+            state.best_accuracy, state.best_loss, state.bad_epochs = score, loss, 0
             state.best_weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         else:
             state.bad_epochs += 1
@@ -305,8 +379,14 @@ def train(
     on_progress: Callable[[Progress], None] = lambda p: None,
     should_stop: Callable[[], bool] = lambda: False,
     device: str = "cpu",
+    multi_label: bool = False,
 ) -> TrainResult:
     """Train a classifier on ``data`` with ``learners`` learners and write it to ``out_dir``.
+
+    ``multi_label``: every row with the same text is one example whose labels are the union
+    of those rows' (LabelledData.grouped), and the model gets one sigmoid per class and a
+    decision threshold; the metrics are multilabel_report's plus ``threshold``. Otherwise
+    each row is one example of one class.
 
     ``learners``: K learner processes sharing one parameter server (1 = in-process; 0 =
     auto: one per core, fewer for data too small to keep them busy, see auto_learners).
@@ -334,7 +414,7 @@ def train(
         for attempt in range(MAX_RESTARTS + 1):
             try:
                 return _train(
-                    data,
+                    data.grouped() if multi_label else data,
                     workdir=Path(workdir),
                     out_dir=Path(out_dir),
                     hparams=hparams,
@@ -368,7 +448,7 @@ def _single_threaded() -> Iterator[None]:
 
 
 def _train(
-    data: LabelledData,
+    data: TrainingData,
     *,
     workdir: Path,
     out_dir: Path,
@@ -428,12 +508,13 @@ def _train(
         )
         del saved
         data_tensors = ShardData.of(prepared.train_bags, prepared.train_targets, shared=processes is not None)
+        task = partial(TextClassifierTask, multi_label=prepared.multi_label)
         if processes is not None:
-            processes.start(ps, TextClassifierTask(), data_tensors, hparams.batch_size, state.seed)
+            processes.start(ps, task(), data_tensors, hparams.batch_size, state.seed)
         elif on_cuda:
-            pool = StreamPool(ps, TextClassifierTask, data_tensors, hparams.batch_size, state.seed, device)
+            pool = StreamPool(ps, task, data_tensors, hparams.batch_size, state.seed, device)
         else:
-            pool = InProcessPool(ps, TextClassifierTask(), data_tensors, hparams.batch_size, state.seed)
+            pool = InProcessPool(ps, task(), data_tensors, hparams.batch_size, state.seed)
         assert pool is not None
         session = _Session(
             ps, pool, state, hparams, prepared, workdir, on_progress, should_stop, session_start
@@ -459,8 +540,11 @@ def _train(
         )
     except TrainingStopped:
         raise TrainingStopped(ps.version(), state.last_checkpoint) from None
-    temperature = calibrate(logits, targets) if evaluated_on != "training" else 1.0
-    metrics = _final_metrics(logits, targets, prepared.labels, evaluated_on, temperature)
+    metrics, temperature, threshold = (
+        _multilabel_metrics(logits, targets, prepared.labels, evaluated_on)
+        if prepared.multi_label
+        else _final_metrics(logits, targets, prepared.labels, evaluated_on)
+    )
     session.report("saving")
     state.train_seconds += time.monotonic() - session.accounted
     epochs = min(state.epoch - 1, prepared.max_epochs)
@@ -481,6 +565,7 @@ def _train(
             "learners": learners,
             "ps": stats,
         },
+        threshold,
     )
     session.report("done")
     return TrainResult(
@@ -607,7 +692,7 @@ def _held_out(model: TextClassifier, prepared: _Prepared) -> tuple[np.ndarray, n
 
 
 def _cross_fit(
-    data: LabelledData, labels: list[str], hparams: HParams, should_stop: Callable[[], bool]
+    data: TrainingData, labels: list[str], hparams: HParams, should_stop: Callable[[], bool]
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """Out-of-fold logits of every example, for data too small to hold a validation split out.
 
@@ -621,9 +706,9 @@ def _cross_fit(
     temperature fit. A stop request raises TrainingStopped (the caller points it at the
     final model's checkpoint, from where the folds run again).
     """
-    folds = stratified_folds(data.labels, hparams.cross_fit_folds, hparams.seed)
+    folds = _folds(data, hparams)
     column = {label: i for i, label in enumerate(labels)}
-    targets = np.asarray([column[label] for label in data.labels], dtype=np.int64)
+    targets = _targets(data, labels)
     logits = np.full((len(data), len(labels)), -np.inf)
     quiet = HParams.from_dict(
         {**hparams.as_dict(), "checkpoint_every_updates": 1 << 62, "checkpoint_every_seconds": math.inf}
@@ -631,7 +716,7 @@ def _cross_fit(
     for fold in range(hparams.cross_fit_folds):
         held = np.flatnonzero(folds == fold)
         kept = np.flatnonzero(folds != fold)
-        fold_data = LabelledData([data.texts[i] for i in kept], [data.labels[i] for i in kept])
+        fold_data = _subset(data, kept)
         if len(held) == 0 or len(fold_data.classes) < 2:
             logits[held] = 0.0  # no model can be trained without this fold: uniform scores
             continue
@@ -657,13 +742,41 @@ def _cross_fit(
 
 
 def _final_metrics(
-    logits: np.ndarray, targets: np.ndarray, labels: list[str], evaluated_on: str, temperature: float
-) -> dict[str, object]:
-    """The classification report of held-out logits, with ECE before and after calibration."""
+    logits: np.ndarray, targets: np.ndarray, labels: list[str], evaluated_on: str
+) -> tuple[dict[str, object], float, None]:
+    """(metrics, temperature, no threshold) of a single-label model from held-out logits: the
+    classification report, with ECE before and after calibration (none on training rows)."""
+    temperature = calibrate(logits, targets) if evaluated_on != "training" else 1.0
     predicted = logits.argmax(axis=1).tolist()
     report = classification_report([labels[t] for t in targets.tolist()], [labels[p] for p in predicted])
     report["ece_uncalibrated"] = top1_ece(logits, targets)
     report["ece"] = top1_ece(logits, targets, temperature)
     report["temperature"] = temperature
     report["evaluated_on"] = evaluated_on
-    return report
+    return report, temperature, None
+
+
+def _multilabel_metrics(
+    logits: np.ndarray, targets: np.ndarray, labels: list[str], evaluated_on: str
+) -> tuple[dict[str, object], float, float]:
+    """(metrics, temperature 1, threshold) of a multi-label model from held-out logits.
+
+    The threshold is chosen on the held-out scores (validation split or cross-fitting), then
+    the metrics are measured at it on the same scores, so they are slightly optimistic by
+    that one choice; on training rows (no held-out scores) it stays DEFAULT_THRESHOLD. The
+    sigmoids are not temperature-scaled.
+    """
+    probabilities = torch.sigmoid(torch.from_numpy(logits)).numpy()
+    truth = targets.astype(bool)
+    threshold = choose_threshold(probabilities, truth)[0] if evaluated_on != "training" else DEFAULT_THRESHOLD
+    report = multilabel_report(
+        _label_sets(truth, labels), _label_sets(decide(probabilities, threshold), labels)
+    )
+    report["threshold"] = threshold
+    report["evaluated_on"] = evaluated_on
+    return report, 1.0, threshold
+
+
+def _label_sets(chosen: np.ndarray, labels: list[str]) -> list[list[str]]:
+    """The labels of each row of a bool matrix (examples x classes)."""
+    return [[labels[i] for i in np.flatnonzero(row)] for row in chosen]

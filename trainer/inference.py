@@ -5,6 +5,11 @@ the file, output layer, the featurizer's known buckets and IDF) and ``model.json
 configs, hyper-parameters, metrics, the SHA-256 of ``weights.pt``). ``model.json`` is written
 last, so its presence means the directory is complete. Loading uses
 ``torch.load(weights_only=True)``: nothing in a model directory is ever unpickled as code.
+
+A multi-label model (one sigmoid per class) says so in ``model.json``: ``"multi_label": true``
+and its decision ``"threshold"``, under the format MULTI_LABEL_FORMAT, so that a reader that
+knows only FORMAT refuses it instead of serving its scores as a softmax. A single-label
+model's files are as they always were; one without the field is single-label.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import torch.nn.functional as F
 
 from trainer.checkpoint import write_atomic
 from trainer.errors import CheckpointCorrupt
+from trainer.evaluate import decide
 from trainer.features import Bags, Featurizer, FeaturizerConfig
 from trainer.model import ModelConfig, TextClassifier
 
 FORMAT = "taas-text-classifier/1"
+MULTI_LABEL_FORMAT = "taas-text-classifier/2"  # FORMAT plus "multi_label" and "threshold"
 WEIGHTS_FILE = "weights.pt"
 META_FILE = "model.json"
 _CLASSIFY_BATCH = 512
@@ -39,11 +46,13 @@ def save_model(
     labels: Sequence[str],
     temperature: float,
     extra: dict[str, Any],
+    threshold: float | None = None,
 ) -> None:
     """Write a complete model directory (created if missing); ``extra`` goes into model.json.
 
     The output layer is saved divided by ``temperature`` (trainer.calibration), so a loaded
-    model's softmax gives the calibrated confidences with no extra step.
+    model's softmax gives the calibrated confidences with no extra step. A ``threshold``
+    marks a multi-label model (sigmoid confidences, that decision threshold).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -58,8 +67,10 @@ def save_model(
     torch.save(tensors, buffer)
     payload = buffer.getvalue()
     write_atomic(out_dir / WEIGHTS_FILE, payload)
+    mode = {"multi_label": True, "threshold": threshold} if threshold is not None else {}
     meta = {
-        "format": FORMAT,
+        "format": FORMAT if threshold is None else MULTI_LABEL_FORMAT,
+        **mode,
         "labels": list(labels),
         "model": model.config.as_dict(),
         "featurizer": featurizer.config.as_dict(),
@@ -75,16 +86,25 @@ def read_metadata(model_dir: Path) -> dict[str, Any]:
         meta = json.loads((Path(model_dir) / META_FILE).read_text("utf-8"))
     except (OSError, ValueError) as exc:
         raise CheckpointCorrupt(f"{model_dir}: no readable {META_FILE}: {exc}") from exc
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointCorrupt(f"{model_dir}: {META_FILE} is not a {FORMAT} model")
+    if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, MULTI_LABEL_FORMAT):
+        raise CheckpointCorrupt(f"{model_dir}: {META_FILE} is not a {FORMAT} or {MULTI_LABEL_FORMAT} model")
     return meta
 
 
 class LoadedModel:
-    """A trained classifier in memory, ready to classify texts."""
+    """A trained classifier in memory, ready to classify texts.
 
-    def __init__(self, labels: list[str], featurizer: Featurizer, model: TextClassifier) -> None:
+    ``multi_label``: the model scores each class with its own sigmoid (confidences do not sum
+    to 1) and ``threshold`` is its decision threshold; single-label models have a softmax and
+    no threshold. ``labels_of`` turns one text's scores into its predicted labels either way.
+    """
+
+    def __init__(
+        self, labels: list[str], featurizer: Featurizer, model: TextClassifier, threshold: float | None = None
+    ) -> None:
         self.labels = labels
+        self.threshold = threshold
+        self.multi_label = threshold is not None
         self.featurizer = featurizer
         self.model = model.eval()
         self._table = model.embedding.weight.detach()
@@ -130,7 +150,8 @@ class LoadedModel:
             )
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointCorrupt(f"{model_dir}: model files do not fit together: {exc}") from exc
-        return cls(list(meta["labels"]), featurizer, model)
+        threshold = float(meta["threshold"]) if meta.get("multi_label") else None
+        return cls(list(meta["labels"]), featurizer, model, threshold)
 
     @classmethod
     def _load_bundle(cls, bundle: Path) -> LoadedModel:
@@ -141,7 +162,8 @@ class LoadedModel:
             return cls.load(Path(unpacked))  # read whole into memory: the folder can go
 
     def probabilities(self, texts: Sequence[str]) -> np.ndarray:
-        """Class probabilities (texts x labels, float64, rows sum to 1) in label order."""
+        """Class probabilities (texts x labels, float64) in label order: rows sum to 1, or, for a
+        multi-label model, each is the class's independent sigmoid."""
         if len(texts) <= _CLASSIFY_BATCH:
             return self._probabilities(texts)
         chunks = range(0, len(texts), _CLASSIFY_BATCH)
@@ -153,10 +175,11 @@ class LoadedModel:
         ids, offsets, weights = bag_tensors(self.featurizer.transform(texts))
         hidden = F.embedding_bag(ids, self._table, offsets, mode="sum", per_sample_weights=weights)
         logits = F.linear(hidden, self._weight, self._bias).to(torch.float64)
-        return torch.softmax(logits, dim=1).numpy()
+        return (torch.sigmoid(logits) if self.multi_label else torch.softmax(logits, dim=1)).numpy()
 
     def classify(self, texts: Sequence[str]) -> list[list[tuple[str, float]]]:
-        """Per text: every class with its confidence, sorted descending, summing to 1."""
+        """Per text: every class with its confidence, sorted descending (summing to 1 unless the
+        model is multi-label)."""
         probabilities = self.probabilities(texts)
         orders = np.argsort(-probabilities, axis=1, kind="stable").tolist()
         labels = self.labels
@@ -164,6 +187,15 @@ class LoadedModel:
             [(labels[i], row[i]) for i in order]
             for order, row in zip(orders, probabilities.tolist(), strict=True)
         ]
+
+    def labels_of(self, scores: Sequence[tuple[str, float]]) -> list[str]:
+        """The predicted labels of one text, from its ``classify`` result: the top class for a
+        single-label model; for a multi-label one, the classes at or above ``threshold``, and
+        the top class when none is (trainer.evaluate.decide, the rule its metrics used)."""
+        if self.threshold is None:
+            return [scores[0][0]]
+        chosen = decide(np.array([[confidence for _, confidence in scores]]), self.threshold)[0]
+        return [label for (label, _), keep in zip(scores, chosen.tolist(), strict=True) if keep]
 
 
 def bag_tensors(bags: Bags) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -45,7 +45,8 @@ class DataCursor:
 
 @dataclass(frozen=True)
 class Batch:
-    """A mini-batch as model inputs: bag ids, offsets, weights and target class ids."""
+    """A mini-batch as model inputs: bag ids, offsets, weights and targets (class ids, or for a
+    multi-label model a multi-hot uint8 matrix, batch x classes)."""
 
     ids: torch.Tensor
     offsets: torch.Tensor
@@ -54,7 +55,7 @@ class Batch:
 
     @classmethod
     def of(cls, bags: Bags, targets: np.ndarray) -> Batch:
-        """Batch from bags and their integer targets."""
+        """Batch from bags and their targets."""
         return cls(*bag_tensors(bags), torch.from_numpy(targets))
 
     def __len__(self) -> int:
@@ -81,10 +82,16 @@ class TextClassifierTask:
     push is sparse: the embedding's gradient is just the touched rows. ``unique_rows``
     coalesces them (sorted unique rows, duplicates summed), which a lazy per-row optimizer
     (Adam) needs; a linear one (SGD) applies duplicates with one ``index_add_`` and skips it.
+
+    ``multi_label``: one sigmoid per class, trained with binary cross-entropy against multi-hot
+    targets, the mean over classes and examples (the sum over classes would only scale the
+    gradient, which Adam's step does not depend on: the same model on Reuters, docs/model.md);
+    otherwise a softmax trained with cross-entropy against class ids.
     """
 
-    def __init__(self, unique_rows: bool = True) -> None:
+    def __init__(self, unique_rows: bool = True, multi_label: bool = False) -> None:
         self.unique_rows = unique_rows
+        self.multi_label = multi_label
 
     def attach(self, params: list[torch.Tensor]) -> None:
         """Bind to the server's tensors as leaf views autograd may differentiate (no copies)."""
@@ -95,12 +102,16 @@ class TextClassifierTask:
         return None, 0
 
     def compute(self, pulled: None, batch: Batch) -> tuple[float, Gradient]:
-        """Mean cross-entropy of ``batch`` and its gradient in push form."""
+        """Mean (binary) cross-entropy of ``batch`` and its gradient in push form."""
         weight, bias = self.dense
         hidden = F.embedding_bag(
             batch.ids, self.table, batch.offsets, mode="sum", per_sample_weights=batch.weights, sparse=True
         )
-        loss = F.cross_entropy(F.linear(hidden, weight, bias), batch.targets)
+        logits = F.linear(hidden, weight, bias)
+        if self.multi_label:
+            loss = F.binary_cross_entropy_with_logits(logits, batch.targets.to(logits.dtype))
+        else:
+            loss = F.cross_entropy(logits, batch.targets)
         rows_grad, weight_grad, bias_grad = torch.autograd.grad(loss, [self.table, weight, bias])
         if self.unique_rows:
             rows_grad = rows_grad.coalesce()

@@ -192,6 +192,7 @@ class _JobRun:
                 device=self.settings.device,
                 on_progress=self._on_progress,
                 should_stop=self._should_stop,
+                multi_label=context.multi_label,
             )
             shutil.rmtree(model_dir, ignore_errors=True)
             model_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
-"""classifier versions: a versions table, the serving and newest version and the promote mode of
-each classifier, the version each training job trains and each status event is about (whose
-classifier is no longer a foreign key: a deletion's event outlives its classifier), and the
-``versions`` quota
+"""classifier versions: a versions table, the serving and newest version, the promote mode and
+the mode (single- or multi-label) of each classifier, the version each training job trains and
+each status event is about (whose classifier is no longer a foreign key: a deletion's event
+outlives its classifier), and the ``versions`` quota
 
 Revision ID: 0005
 Revises: 0004
@@ -64,6 +64,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("serving_version", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("latest_version", sa.Integer(), nullable=False, server_default="1"))
         batch.add_column(sa.Column("promote", sa.String(8), nullable=False, server_default="auto"))
+        batch.add_column(sa.Column("mode", sa.String(16), nullable=False, server_default="single_label"))
     with op.batch_alter_table("training_jobs") as batch:
         batch.add_column(sa.Column("version", sa.Integer(), nullable=False, server_default="1"))
     with op.batch_alter_table("status_events") as batch:
@@ -76,6 +77,7 @@ def upgrade() -> None:
     with op.batch_alter_table("classifiers") as batch:
         batch.alter_column("latest_version", existing_type=sa.Integer(), server_default=None)
         batch.alter_column("promote", existing_type=sa.String(8), server_default=None)
+        batch.alter_column("mode", existing_type=sa.String(16), server_default=None)
     with op.batch_alter_table("training_jobs") as batch:
         batch.alter_column("version", existing_type=sa.Integer(), server_default=None)
 
@@ -141,6 +143,7 @@ def downgrade() -> None:
     with op.batch_alter_table("training_jobs") as batch:
         batch.drop_column("version")
     with op.batch_alter_table("classifiers") as batch:
+        batch.drop_column("mode")
         batch.drop_column("promote")
         batch.drop_column("latest_version")
         batch.drop_column("serving_version")

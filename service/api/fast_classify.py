@@ -29,6 +29,7 @@ from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service import serving
 from service.api import errors
 from service.api.routes import classify
 from service.api.schemas import ClassifyCollectionInput, ClassifyInput
@@ -143,7 +144,9 @@ class FastClassify:
         except TaasError:
             return None
         scores = await models.inference.classify(model, texts)
-        return classify.reply_json(Request(scope), classifier_id, body, texts, scores)
+        return classify.reply_json(
+            Request(scope), classifier_id, body, texts, serving.classified(model, scores)
+        )
 
 
 def _is_json(headers: dict[bytes, bytes]) -> bool:

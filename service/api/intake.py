@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from enum import StrEnum
+from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -17,11 +19,12 @@ from service.api.schemas import CreateFromDataset, VersionFromDataset
 from service.api.uploads import RAW_BODY, Upload
 from service.callback_urls import UnsafeCallback, check_callback_url
 from service.errors import BadRequest
-from service.models import Classifier, ClassifierVersion, Dataset, Promote, utcnow
+from service.models import Classifier, ClassifierMode, ClassifierVersion, Dataset, Promote, utcnow
 from service.settings import Settings
 from service.store import ArtifactStore
 from service.training_data import Limits, unprintable
 
+_Choice = TypeVar("_Choice", bound=StrEnum)
 TRAINING_DATA = "training_data"
 TRAINING_METADATA = "training_metadata"
 DATASET_PARTS = frozenset({TRAINING_DATA, "file"})
@@ -31,7 +34,8 @@ def classifier_from_upload(
     upload: Upload, session: Session, store: ArtifactStore, settings: Settings, tenant_id: str
 ) -> Classifier:
     """NLC create: ``training_metadata`` JSON ``{"language", "name"}`` (and, extensions, a
-    ``callback_url`` for status webhooks and ``promote``) + headerless ``training_data`` CSV."""
+    ``callback_url`` for status webhooks, ``promote`` and ``mode``) + headerless ``training_data``
+    CSV."""
     try:
         metadata = _metadata(upload.fields.get(TRAINING_METADATA))
         name = metadata.get("name", "")
@@ -43,7 +47,10 @@ def classifier_from_upload(
             raise BadRequest("training_metadata.name", problem)
         language = classifiers.check_language(metadata.get("language"))
         callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
-        promote = _promote(metadata.get("promote", Promote.AUTO.value))
+        promote = _choice(Promote, metadata.get("promote", Promote.AUTO.value), "training_metadata.promote")
+        mode = _choice(
+            ClassifierMode, metadata.get("mode", ClassifierMode.SINGLE_LABEL.value), "training_metadata.mode"
+        )
         staged = _stage_training_data(upload, store, settings)
         _or_discard(
             staged,
@@ -65,6 +72,7 @@ def classifier_from_upload(
             source=staged,
             now=utcnow(),
             promote=promote,
+            mode=mode,
             callback_url=callback_url,
         )
     finally:
@@ -131,6 +139,7 @@ def classifier_from_dataset(
         source=dataset,
         now=utcnow(),
         promote=spec.promote,
+        mode=spec.mode,
         callback_url=callback_url,
     )
 
@@ -175,13 +184,12 @@ def _stage_training_data(upload: Upload, store: ArtifactStore, settings: Setting
     return datasets.stage_upload(store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings))
 
 
-def _promote(value: object) -> Promote:
-    if not isinstance(value, str) or value not in {p.value for p in Promote}:
-        raise BadRequest(
-            "training_metadata.promote",
-            'must be "auto" (a newer Available version serves at once) or "manual" (on a promote call)',
-        )
-    return Promote(value)
+def _choice(kind: type[_Choice], value: object, field: str) -> _Choice:
+    """``value`` as one of ``kind``'s values; BadRequest naming ``field`` and the choices."""
+    choices = [member.value for member in kind]
+    if not isinstance(value, str) or value not in choices:
+        raise BadRequest(field, f"must be one of {', '.join(map(repr, choices))}")
+    return kind(value)
 
 
 def _or_discard(staged: datasets.StagedDataset, check: Callable[[], None]) -> None:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.models import (
     ApiKey,
     Classifier,
+    ClassifierMode,
     ClassifierStatus,
     ClassifierVersion,
     Dataset,
@@ -46,6 +47,7 @@ class CreateFromDataset(BaseModel):
     dataset_id: str
     callback_url: str | None = None
     promote: Promote = Promote.AUTO
+    mode: ClassifierMode = ClassifierMode.SINGLE_LABEL
 
 
 class VersionFromDataset(BaseModel):
@@ -93,6 +95,7 @@ class ClassifierInfo(ClassifierSummary):
     serving_version: int | None = None
     latest_version: int = 1
     promote: str = Promote.AUTO.value
+    mode: str = ClassifierMode.SINGLE_LABEL.value
 
     @classmethod
     def build_info(cls, c: Classifier, job: TrainingJob | None, base_url: str) -> ClassifierInfo:
@@ -107,6 +110,7 @@ class ClassifierInfo(ClassifierSummary):
             serving_version=c.serving_version,
             latest_version=c.latest_version,
             promote=c.promote,
+            mode=c.mode,
         )
 
 
@@ -291,11 +295,13 @@ class ClassifiedClass(BaseModel):
 
 
 class CollectionResult(BaseModel):
-    """The classification of one text of a collection."""
+    """The classification of one text of a collection; ``labels`` (extension), only from a
+    multi-label classifier, holds the classes it predicts (confidences are then independent)."""
 
     text: str
     top_class: str
     classes: list[ClassifiedClass]
+    labels: list[str] | None = None
 
 
 class Classification(CollectionResult):

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service import jobs
 from service.models import Classifier, ClassifierVersion, Dataset, JobState, TrainingJob
 from service.store import ArtifactStore
 from tests.conftest import TenantHandle
@@ -279,12 +280,35 @@ def test_a_version_from_a_stored_dataset_and_bad_requests(
     assert [v["version"] for v in listed["versions"]] == [1, 2]
 
 
-def test_bad_promote_mode_is_refused(
-    tenant: TenantHandle, create_classifier: Callable[..., httpx.Response]
+@pytest.mark.parametrize(
+    ("field", "value"), [("promote", ["manual"]), ("promote", "later"), ("mode", "multi"), ("mode", 2)]
+)
+def test_a_bad_promote_or_mode_is_refused(
+    tenant: TenantHandle, create_classifier: Callable[..., httpx.Response], field: str, value: object
 ) -> None:
-    refused = create_classifier(tenant, metadata={"language": "en", "name": "w", "promote": ["manual"]})
+    refused = create_classifier(tenant, metadata={"language": "en", "name": "w", field: value})
     assert refused.status_code == 400
-    assert "training_metadata.promote" in refused.json()["description"]
+    assert f"training_metadata.{field}" in refused.json()["description"]
+
+
+def test_every_version_trains_in_its_classifiers_mode(
+    tenant: TenantHandle,
+    create_classifier: Callable[..., httpx.Response],
+    new_version: Callable[..., httpx.Response],
+    session: Session,
+) -> None:
+    created = create_classifier(tenant, metadata={"language": "en", "name": "w", "mode": "multi_label"})
+    assert created.json()["mode"] == "multi_label"
+    cid = created.json()["classifier_id"]
+    assert new_version(tenant, cid).status_code == 201
+    plain = create_classifier(tenant).json()["classifier_id"]
+    session.rollback()
+    for classifier_id, multi_label in ((cid, True), (plain, False)):
+        for job_id in session.scalars(
+            select(TrainingJob.id).where(TrainingJob.classifier_id == classifier_id)
+        ):
+            context = jobs.job_context(session, job_id)
+            assert context is not None and context.multi_label is multi_label
 
 
 def test_the_versions_quota_counts_every_version(

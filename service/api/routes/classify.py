@@ -57,37 +57,44 @@ def texts_of(body: ClassifyBody, settings: Settings) -> list[str]:
 
 
 def reply_json(
-    request: Request, classifier_id: str, body: ClassifyBody, texts: list[str], scores: list[serving.Scores]
+    request: Request, classifier_id: str, body: ClassifyBody, texts: list[str], classified: serving.Classified
 ) -> bytes:
     """The reply to ``body``, :class:`Classification` or :class:`ClassificationCollection`
     (shared with :mod:`service.api.fast_classify`). Written directly: it is built from the
     models' own fields, and building and re-validating pydantic models would cost most of a
     cached call."""
     url = _url(request, classifier_id)
+    results = [
+        _result(text, scores, labels)
+        for text, scores, labels in zip(texts, classified.scores, classified.labels, strict=True)
+    ]
     reply: dict[str, object]
     if isinstance(body, ClassifyInput):
-        reply = {**_result(texts[0], scores[0]), "classifier_id": classifier_id, "url": url}
+        reply = {**results[0], "classifier_id": classifier_id, "url": url}
     else:
-        results = [_result(t, s) for t, s in zip(texts, scores, strict=True)]
         reply = {"classifier_id": classifier_id, "url": url, "collection": results}
     return to_json(reply)
 
 
 async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -> Response:
     texts = texts_of(body, target.settings)
-    scores = await serving.classify(
+    classified = await serving.classify(
         target.models, target.store, target.classifier, texts, still_exists=target.still_exists
     )
-    return Response(reply_json(request, target.classifier.id, body, texts, scores), media_type=_JSON)
+    return Response(reply_json(request, target.classifier.id, body, texts, classified), media_type=_JSON)
 
 
-def _result(text: str, scores: serving.Scores) -> dict[str, object]:
-    """One text's :class:`service.api.schemas.CollectionResult`."""
-    return {
+def _result(text: str, scores: serving.Scores, labels: list[str] | None) -> dict[str, object]:
+    """One text's :class:`service.api.schemas.CollectionResult`; a multi-label model's adds the
+    classes it predicts, ``labels``."""
+    result: dict[str, object] = {
         "text": text,
         "top_class": scores[0][0],
         "classes": [{"class_name": name, "confidence": confidence} for name, confidence in scores],
     }
+    if labels is not None:
+        result["labels"] = labels
+    return result
 
 
 def _url(request: Request, classifier_id: str) -> str:

@@ -11,8 +11,14 @@ under the same uvicorn options as the API, and drives each target with the same 
 generator (keep-alive HTTP/1.1 over raw asyncio sockets, one connection per concurrent
 client, so the generator itself costs little) at concurrency 1, 16 and 64.
 
+Each point also reports ``server_cpu_ms``: the CPU time (user + system, from ``/proc``) the
+serving process spent per request while the point was measured, the cost of one call whatever
+the concurrency (None with ``--url``: the process is not ours to watch). Single classify calls
+that arrive together are micro-batched into one inference, so at concurrency 16 a classify
+call costs less than at 1; a collection is a batch already.
+
 ``--json`` prints one object: ``{"results": [{"target", "concurrency", "rps", "p50_ms",
-"p99_ms", "errors"}, ...], "load_average": [...], ...}``.
+"p99_ms", "server_cpu_ms", "errors"}, ...], "load_average": [...], ...}``.
 """
 
 from __future__ import annotations
@@ -82,7 +88,29 @@ async def _client(
     return errors
 
 
-async def _drive(url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float) -> dict:
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds that process ``pid`` has used (Linux ``/proc``), or None."""
+    if pid is None:
+        return None
+    try:
+        after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+async def _cpu_between(pid: int | None, start: float, stop: float) -> float | None:
+    """The CPU seconds ``pid`` uses between the ``perf_counter`` times ``start`` and ``stop``."""
+    await asyncio.sleep(start - time.perf_counter())
+    before = _cpu_seconds(pid)
+    await asyncio.sleep(stop - time.perf_counter())
+    after = _cpu_seconds(pid)
+    return None if before is None or after is None else after - before
+
+
+async def _drive(
+    url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float, server_pid: int | None
+) -> dict:
     parts = urllib.parse.urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     head = [f"POST {parts.path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json"]
@@ -92,8 +120,9 @@ async def _drive(url: str, body: bytes, headers: dict[str, str], concurrency: in
     now = time.perf_counter()
     record_from, stop_at = now + warmup, now + warmup + seconds
     latencies: list[float] = []
-    errors = await asyncio.gather(
-        *(_client(host, port, request, stop_at, record_from, latencies) for _ in range(concurrency))
+    cpu, *errors = await asyncio.gather(
+        _cpu_between(server_pid, record_from, stop_at),
+        *(_client(host, port, request, stop_at, record_from, latencies) for _ in range(concurrency)),
     )
     latencies.sort()
     n = len(latencies)
@@ -103,6 +132,7 @@ async def _drive(url: str, body: bytes, headers: dict[str, str], concurrency: in
         "rps": round(n / seconds, 1),
         "p50_ms": round(latencies[n // 2] * 1000, 2) if n else None,
         "p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1000, 2) if n else None,
+        "server_cpu_ms": round(cpu * 1000 / n, 3) if cpu is not None and n else None,
         "errors": sum(errors),
     }
 
@@ -141,6 +171,19 @@ def _process(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def _child_pid(parent: int, marker: str) -> int | None:
+    """The child process of ``parent`` whose command line holds ``marker`` (Linux), or None."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and marker in cmdline:
+            return int(stat.parent.name)
+    return None
 
 
 def _training_csv(data: Path | None) -> bytes:
@@ -213,19 +256,29 @@ def _prepare_classifier(base: str, admin_key: str, data: Path | None) -> tuple[s
     raise SystemExit("the classifier did not become Available within 600 s")
 
 
-def _measure(base: str, bare_url: str, cid: str, key: str, seconds: float) -> list[dict]:
+def _measure(
+    base: str, bare_url: str, cid: str, key: str, seconds: float, pids: tuple[int | None, int | None]
+) -> list[dict]:
+    """Every target at every concurrency; ``pids``: the bare app's and the API's process."""
+    bare_pid, api_pid = pids
     auth = {"Authorization": f"Bearer {key}"}
     single = json.dumps({"text": TEXT}).encode()
     collection = json.dumps({"collection": [{"text": f"{TEXT} {i}"} for i in range(30)]}).encode()
     targets = [
-        ("bare", bare_url, single, {}),
-        ("classify", f"{base}/v1/classifiers/{cid}/classify", single, auth),
-        ("classify_collection", f"{base}/v1/classifiers/{cid}/classify_collection", collection, auth),
+        ("bare", bare_url, single, {}, bare_pid),
+        ("classify", f"{base}/v1/classifiers/{cid}/classify", single, auth, api_pid),
+        (
+            "classify_collection",
+            f"{base}/v1/classifiers/{cid}/classify_collection",
+            collection,
+            auth,
+            api_pid,
+        ),
     ]
     results = []
     for concurrency in CONCURRENCY:  # interleaved, so that a change in machine load hits each alike
-        for name, url, body, headers in targets:
-            result = asyncio.run(_drive(url, body, headers, concurrency, seconds))
+        for name, url, body, headers, pid in targets:
+            result = asyncio.run(_drive(url, body, headers, concurrency, seconds, pid))
             results.append({"target": name, **result})
             print(f"{name:20s} c={concurrency:3d} {result}", file=sys.stderr)
     return results
@@ -258,7 +311,7 @@ def main() -> None:
             access_log=get_settings().access_log,
             factory=False,
         )
-        with _process(bare_argv, {**env, "PYTHONPATH": str(REPO)}, work / "bare.log"):
+        with _process(bare_argv, {**env, "PYTHONPATH": str(REPO)}, work / "bare.log") as bare:
             bare_url = f"http://127.0.0.1:{bare_port}/bare"
             if args.url:
                 if not args.admin_key:
@@ -266,7 +319,11 @@ def main() -> None:
                 base, admin_key = args.url.rstrip("/"), args.admin_key
                 _wait_http(bare_url.replace("/bare", "/docs"))
                 results = _measure(
-                    base, bare_url, *_prepare_classifier(base, admin_key, args.data), args.seconds
+                    base,
+                    bare_url,
+                    *_prepare_classifier(base, admin_key, args.data),
+                    args.seconds,
+                    (bare.pid, None),
                 )
             else:
                 port, admin_key = _free_port(), f"bench-admin-{time.time_ns()}"
@@ -281,16 +338,22 @@ def main() -> None:
                     "--workers",
                     "1",
                 ]
-                with _process(taas, {**taas_env, "PYTHONPATH": str(REPO)}, work / "taas.log"):
+                with _process(taas, {**taas_env, "PYTHONPATH": str(REPO)}, work / "taas.log") as up:
                     base = f"http://127.0.0.1:{port}"
                     _wait_http(f"{base}/docs")
                     _wait_http(bare_url.replace("/bare", "/docs"))
+                    api_pid = _child_pid(up.pid, "service.app:create_app")
                     results = _measure(
-                        base, bare_url, *_prepare_classifier(base, admin_key, args.data), args.seconds
+                        base,
+                        bare_url,
+                        *_prepare_classifier(base, admin_key, args.data),
+                        args.seconds,
+                        (bare.pid, api_pid),
                     )
     report = {
         "results": [
-            {k: r[k] for k in ("target", "concurrency", "rps", "p50_ms", "p99_ms", "errors")} for r in results
+            {k: r[k] for k in ("target", "concurrency", "rps", "p50_ms", "p99_ms", "server_cpu_ms", "errors")}
+            for r in results
         ],
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "cpus": os.cpu_count(),
@@ -302,7 +365,8 @@ def main() -> None:
         for r in report["results"]:
             print(
                 f"{r['target']:20s} c={r['concurrency']:3d} {r['rps']:9.1f} req/s  "
-                f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}"
+                f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  server CPU {r['server_cpu_ms']} ms  "
+                f"errors {r['errors']}"
             )
 
 

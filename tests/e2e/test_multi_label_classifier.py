@@ -68,6 +68,6 @@ def test_a_multi_label_classifier_predicts_every_class_that_applies(
     results = reply.json()["collection"]
     assert [sorted(r["labels"]) for r in results] == [["travel", "weather"], ["travel"], ["weather"]]
     both = {c["class_name"]: c["confidence"] for c in results[0]["classes"]}
-    assert min(both.values()) > 0.5  # independent confidences: both high, not summing to 1
+    assert min(both.values()) >= info["metrics"]["threshold"]  # each class on its own sigmoid
     one = client.post(f"/v1/classifiers/{cid}/classify", json={"text": texts[1]}).json()
     assert one["labels"] == ["travel"] and one["top_class"] == "travel"

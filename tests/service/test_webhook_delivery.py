@@ -170,13 +170,15 @@ def test_the_address_is_checked_again_at_delivery(
     assert receiver.all() == []
 
 
-def test_a_classifier_deleted_during_an_attempt_ends_its_delivery_quietly(
+def test_a_classifier_deleted_during_an_attempt_keeps_its_undelivered_events(
     client: TestClient,
     tenant: TenantHandle,
     session: Session,
     settings: Settings,
     event_to: Callable[[str], StatusEvent],
 ) -> None:
+    """Its events outlive it until delivered: the attempt under way is recorded and retried, and
+    the deletion's own event (to Non Existent) follows it to the same receiver."""
     classifier_id: list[str] = []
 
     def delete_it() -> None:
@@ -184,13 +186,22 @@ def test_a_classifier_deleted_during_an_attempt_ends_its_delivery_quietly(
 
     with running_receiver(answers=[503], on_request=delete_it) as receiver:
         event = event_to(receiver.url)
-        event_id = event.id
         classifier_id.append(event.classifier_id)
 
-        attempted = webhooks.deliver(session, settings, event_id)
+        attempted = webhooks.deliver(session, settings, event.id)
 
-    assert attempted is None and len(receiver.all()) == 1
-    assert session.scalars(select(StatusEvent.id).where(StatusEvent.id == event_id)).all() == []
+    assert attempted is not None and (attempted.attempt, attempted.status_code) == (1, 503)
+    assert len(receiver.all()) == 1
+    session.rollback()
+    left = session.scalars(
+        select(StatusEvent)
+        .where(StatusEvent.classifier_id == event.classifier_id)
+        .order_by(StatusEvent.created_at)
+    ).all()
+    assert [(e.id == event.id, e.status, e.delivery) for e in left] == [
+        (True, "Training", Delivery.PENDING),
+        (False, "Non Existent", Delivery.PENDING),
+    ]
 
 
 def test_two_messages_for_one_event_at_once_make_one_attempt(

@@ -36,6 +36,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -243,14 +244,20 @@ def main() -> None:
     runs = [lambda folder=folder: benchmark(folder, learners, not args.no_peers) for folder in args.datasets]
     if args.stress:
         runs.append(lambda: stress(learners[0]))
-    rows: list[dict[str, object]] = []
-    for run in runs:
-        for row in run():
-            rows.append(row)
-            if args.json:
-                print(json.dumps(row), flush=True)
-    if not args.json:
-        print(_table(rows))
+    print_rows((row for run in runs for row in run()), as_json=args.json, table=_table)
+
+
+def print_rows(
+    rows: Iterable[dict[str, object]], *, as_json: bool, table: Callable[[list[dict[str, object]]], str]
+) -> None:
+    """Print each row as a JSON line the moment it is measured, or all of them as ``table``."""
+    done: list[dict[str, object]] = []
+    for row in rows:
+        done.append(row)
+        if as_json:
+            print(json.dumps(row), flush=True)
+    if not as_json:
+        print(table(done))
 
 
 if __name__ == "__main__":

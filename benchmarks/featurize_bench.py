@@ -22,7 +22,6 @@ import gc
 import json
 import random
 import time
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -31,15 +30,14 @@ import numpy as np
 
 from trainer import read_labelled_csv
 from trainer.features import (
-    _DROPPED,
     _GROUPS,
     _RUN,
-    _TOKEN,
-    _UNSEGMENTED_CHAR,
     Bags,
     Featurizer,
     FeaturizerConfig,
     _char_grams,
+    _fold,
+    _split_unicode,
     stable_hash,
 )
 from trainer.hparams import DEFAULT_HPARAMS
@@ -50,19 +48,11 @@ COLD_TEXTS = 150  # texts timed per round with cold caches
 
 
 def _tokenize_before(text: str) -> tuple[list[str], list[str]]:
-    """tokenize() as it was before the rewrite: the regular expressions for every text."""
-    folded = unicodedata.normalize("NFKC", text).lower()
+    """tokenize() as it was before the rewrite: one regular expression for ASCII text, the
+    Unicode path (today's, unchanged) for the rest."""
+    folded = _fold(text)
     if not folded.isascii():
-        folded = _DROPPED.sub("", folded)
-        if _UNSEGMENTED_CHAR.search(folded):
-            tokens = _TOKEN.findall(folded)
-            words: list[str] = []
-            for token in tokens:
-                if _UNSEGMENTED_CHAR.match(token):
-                    words.extend(token)
-                else:
-                    words.append(token)
-            return words, tokens
+        return _split_unicode(folded)
     runs = _RUN.findall(folded)
     return runs, runs
 

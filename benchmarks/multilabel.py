@@ -21,7 +21,6 @@ it, a table.
 from __future__ import annotations
 
 import argparse
-import json
 import pickle
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from trainer.data import MultiLabelData
 from trainer.evaluate import multilabel_report
 
 sys.path.insert(0, str(Path(__file__).parent))
-from accuracy import dataset_name, tfidf_pipeline  # noqa: E402  (the sibling benchmark script)
+from accuracy import dataset_name, print_rows, tfidf_pipeline  # noqa: E402  (the sibling benchmark script)
 
 SCORES = ("micro_f1", "macro_f1", "hamming_loss", "subset_accuracy")
 
@@ -111,13 +110,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON line per system")
     parser.add_argument("--learners", type=int, default=0, help="taas learners K (default 0: one per core)")
     args = parser.parse_args()
-    rows = []
-    for row in benchmark(args.dataset, args.learners):
-        rows.append(row)
-        if args.json:
-            print(json.dumps(row), flush=True)
-    if not args.json:
-        print(_table(rows))
+    print_rows(benchmark(args.dataset, args.learners), as_json=args.json, table=_table)
 
 
 if __name__ == "__main__":

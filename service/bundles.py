@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from service import datasets, jobs, quotas, status_events
 from service.classifiers import check_language
 from service.errors import BadRequest, Conflict
-from service.models import Classifier, ClassifierMode, ClassifierStatus, ClassifierVersion
+from service.models import Classifier, ClassifierMode, ClassifierStatus, ClassifierVersion, TrainedModel
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.bundle import BundleInvalid, extract_bundle, write_bundle
@@ -36,7 +36,7 @@ def export(
 ) -> None:
     """Write the model of ``version`` (default: the one the classifier serves) to ``out`` as a
     bundle; Conflict unless it is Available."""
-    shown: Classifier | ClassifierVersion = classifier if version is None else version
+    shown: TrainedModel = classifier if version is None else version
     if shown.status != ClassifierStatus.AVAILABLE.value or not shown.model_dir:
         what = f"classifier '{classifier.id}'" if version is None else f"version {version.number}"
         raise Conflict(f"{what} is {shown.status}; a bundle needs status Available")

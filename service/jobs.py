@@ -617,16 +617,21 @@ def latest_job(session: Session, classifier_id: str) -> TrainingJob | None:
     ).first()
 
 
+def version_job(session: Session, classifier_id: str, number: int) -> TrainingJob | None:
+    """The newest job of version ``number`` of the classifier (its progress, its callback URL)."""
+    return session.scalars(
+        select(TrainingJob)
+        .where(TrainingJob.classifier_id == classifier_id, TrainingJob.version == number)
+        .order_by(TrainingJob.created_at.desc())
+        .limit(1)
+    ).first()
+
+
 def shown_job(session: Session, classifier: Classifier) -> TrainingJob | None:
     """The newest job of the version that the classifier's view shows (the serving one, or while
     none serves the newest): the view's training progress."""
     number = classifier.latest_version if classifier.serving_version is None else classifier.serving_version
-    return session.scalars(
-        select(TrainingJob)
-        .where(TrainingJob.classifier_id == classifier.id, TrainingJob.version == number)
-        .order_by(TrainingJob.created_at.desc())
-        .limit(1)
-    ).first()
+    return version_job(session, classifier.id, number)
 
 
 def _update_job(job_id: str, *conditions: Any) -> Update:

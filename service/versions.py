@@ -227,7 +227,7 @@ def promote(
         .execution_options(synchronize_session=False)
     )
     if replaced is not None:
-        job = version_jobs(session, classifier.id).get(number)
+        job = jobs.version_job(session, classifier.id, number)
         status_events.record_promoted(
             session,
             tenant_id=classifier.tenant_id,
@@ -271,7 +271,7 @@ def delete_version(
             f"version {number} is the newest version of classifier '{classifier.id}' and none "
             "serves yet; delete the classifier instead"
         )
-    job = version_jobs(session, classifier.id).get(number)
+    job = jobs.version_job(session, classifier.id, number)
     jobs.cancel_version_jobs(session, classifier.id, number, now=now)
     status_events.record_deleted(
         session,

@@ -40,6 +40,15 @@ class LabelledData:
         """The distinct labels, sorted (the model's class order)."""
         return sorted(set(self.labels))
 
+    @property
+    def strata(self) -> list[str]:
+        """What stratifies each example (folds, the data fingerprint): its label."""
+        return self.labels
+
+    def subset(self, indices: np.ndarray) -> LabelledData:
+        """The examples at ``indices``."""
+        return LabelledData([self.texts[i] for i in indices], [self.labels[i] for i in indices])
+
     def grouped(self) -> MultiLabelData:
         """The multi-label reading of these rows: one example per distinct text, in first-seen
         order, whose label set is the union of the labels of that text's rows."""
@@ -67,6 +76,16 @@ class MultiLabelData:
     def classes(self) -> list[str]:
         """The distinct labels of all sets, sorted (the model's class order)."""
         return sorted({label for labels in self.label_sets for label in labels})
+
+    @property
+    def strata(self) -> list[str]:
+        """What stratifies each example (folds, the data fingerprint): its whole label set, so
+        that every distinct combination, rare ones too, is dealt round the folds."""
+        return ["\x00".join(label_set) for label_set in self.label_sets]
+
+    def subset(self, indices: np.ndarray) -> MultiLabelData:
+        """The examples at ``indices``."""
+        return MultiLabelData([self.texts[i] for i in indices], [self.label_sets[i] for i in indices])
 
 
 def read_labelled_csv(path: Path) -> LabelledData:

@@ -110,10 +110,7 @@ def _fingerprint(data: TrainingData) -> str:
     digest = hashlib.sha256()
     if isinstance(data, MultiLabelData):
         digest.update(b"multi-label\x00")
-        labels = ["\x00".join(label_set) for label_set in data.label_sets]
-    else:
-        labels = data.labels
-    for text, label in zip(data.texts, labels, strict=True):
+    for text, label in zip(data.texts, data.strata, strict=True):
         digest.update(text.encode("utf-8") + b"\x00" + label.encode("utf-8") + b"\x01")
     return digest.hexdigest()
 
@@ -136,21 +133,6 @@ def _split(data: TrainingData, hparams: HParams) -> tuple[np.ndarray, np.ndarray
     if isinstance(data, MultiLabelData):
         return multilabel_split(data.label_sets, hparams.validation_fraction, hparams.seed)
     return stratified_split(data.labels, hparams.validation_fraction, hparams.seed)
-
-
-def _folds(data: TrainingData, hparams: HParams) -> np.ndarray:
-    """Cross-fitting's stratified folds; multi-label examples are stratified by label set
-    (every distinct combination dealt round the folds, rare ones too)."""
-    keys = data.labels if isinstance(data, LabelledData) else ["\x00".join(s) for s in data.label_sets]
-    return stratified_folds(keys, hparams.cross_fit_folds, hparams.seed)
-
-
-def _subset(data: TrainingData, indices: np.ndarray) -> TrainingData:
-    """The examples at ``indices``, of the same kind as ``data``."""
-    texts = [data.texts[i] for i in indices]
-    if isinstance(data, MultiLabelData):
-        return MultiLabelData(texts, [data.label_sets[i] for i in indices])
-    return LabelledData(texts, [data.labels[i] for i in indices])
 
 
 def _prepare(data: TrainingData, hparams: HParams, fingerprint: str) -> _Prepared:
@@ -706,7 +688,7 @@ def _cross_fit(
     temperature fit. A stop request raises TrainingStopped (the caller points it at the
     final model's checkpoint, from where the folds run again).
     """
-    folds = _folds(data, hparams)
+    folds = stratified_folds(data.strata, hparams.cross_fit_folds, hparams.seed)
     column = {label: i for i, label in enumerate(labels)}
     targets = _targets(data, labels)
     logits = np.full((len(data), len(labels)), -np.inf)
@@ -716,7 +698,7 @@ def _cross_fit(
     for fold in range(hparams.cross_fit_folds):
         held = np.flatnonzero(folds == fold)
         kept = np.flatnonzero(folds != fold)
-        fold_data = _subset(data, kept)
+        fold_data = data.subset(kept)
         if len(held) == 0 or len(fold_data.classes) < 2:
             logits[held] = 0.0  # no model can be trained without this fold: uniform scores
             continue

@@ -104,7 +104,6 @@ class LoadedModel:
     ) -> None:
         self.labels = labels
         self.threshold = threshold
-        self.multi_label = threshold is not None
         self.featurizer = featurizer
         self.model = model.eval()
         self._table = model.embedding.weight.detach()
@@ -160,6 +159,11 @@ class LoadedModel:
         with tempfile.TemporaryDirectory(prefix="taas-bundle-") as unpacked:
             extract_bundle(bundle, Path(unpacked))
             return cls.load(Path(unpacked))  # read whole into memory: the folder can go
+
+    @property
+    def multi_label(self) -> bool:
+        """Whether the model scores each class with its own sigmoid (it has a threshold)."""
+        return self.threshold is not None
 
     def probabilities(self, texts: Sequence[str]) -> np.ndarray:
         """Class probabilities (texts x labels, float64) in label order: rows sum to 1, or, for a

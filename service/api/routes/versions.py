@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from service import bundles, versions
+from service import bundles, jobs, versions
 from service.api import intake
 from service.api.deps import (
     ClassifierDep,
@@ -32,7 +32,7 @@ VersionNumber = Path(ge=1, le=2**31 - 1, description="The version number: 1, 2, 
 def _info(
     request: Request, session: Session, classifier: Classifier, version: ClassifierVersion
 ) -> VersionInfo:
-    job = versions.version_jobs(session, classifier.id).get(version.number)
+    job = jobs.version_job(session, classifier.id, version.number)
     return VersionInfo.build(classifier, version, job, base_url(request))
 
 

@@ -15,10 +15,12 @@ otherwise) and three peers, then evaluates all of them on test.csv, side by side
   (sublinear TF) into LogisticRegression(C=10, max_iter=2000) or LinearSVC(C=1).
 
 With --json it prints one JSON line per dataset and system: dataset, system, accuracy,
-macro_f1, ece (top-1 expected calibration error, 15 bins; null for the SVM, which gives no
-probabilities), train_s (wall seconds to fit), model_bytes (model directory size for taas,
-the saved model file for fastText, the pickled pipeline for the TF-IDF peers) and load_s
-(cold load of the saved model, the import already done). Without --json, a readable table.
+macro_f1, f1_without_none (micro-F1 with the reject class ``None`` left out, the metric of
+the NLU-Evaluation corpora's published figures; null where there is no ``None`` class), ece
+(top-1 expected calibration error, 15 bins; null for the SVM, which gives no probabilities),
+train_s (wall seconds to fit), model_bytes (model directory size for taas, the saved model
+file for fastText, the pickled pipeline for the TF-IDF peers) and load_s (cold load of the
+saved model, the import already done). Without --json, a readable table.
 ``--learners 1,2`` trains taas once per K (system ``taas-k1``, ``taas-k2``; the default, one
 K of 1, keeps the system name ``taas``).
 
@@ -50,6 +52,7 @@ from trainer import LabelledData, LoadedModel, read_labelled_csv, train
 from trainer.evaluate import classification_report, expected_calibration_error
 
 PEERS = ("fasttext", "tfidf_lr", "tfidf_svm")
+NONE_CLASS = "None"  # the reject class of the NLU-Evaluation corpora
 
 
 def dataset_name(folder: Path) -> str:
@@ -77,11 +80,25 @@ def _row(
         "system": system,
         "accuracy": round(float(report["accuracy"]), 4),  # type: ignore[arg-type]
         "macro_f1": round(float(report["macro_f1"]), 4),  # type: ignore[arg-type]
+        "f1_without_none": f1_without_none(test.labels, predicted),
         "ece": ece,
         "train_s": round(train_s, 2),
         "model_bytes": model_bytes,
         "load_s": round(load_s, 4),
     }
+
+
+def f1_without_none(truth: list[str], predicted: list[str]) -> float | None:
+    """Micro-F1 over the real intents, the reject class ``None`` ignored (Braun et al. 2017's
+    metric, which the NLU-Evaluation folders' published figures use; their SOURCE.md): a row
+    predicted ``None`` adds no false positive, a real-intent row predicted as anything else
+    is a false negative. None (null) for a data set without a ``None`` class."""
+    if NONE_CLASS not in truth:
+        return None
+    hits = sum(t == p != NONE_CLASS for t, p in zip(truth, predicted, strict=True))
+    claimed = sum(p != NONE_CLASS for p in predicted)
+    real = sum(t != NONE_CLASS for t in truth)
+    return round(2 * hits / (claimed + real), 4) if claimed + real else 0.0
 
 
 def run_taas(

@@ -197,6 +197,7 @@ class _LoopState:
     best_loss: float = math.inf
     best_weights: dict[str, torch.Tensor] | None = None
     bad_epochs: int = 0
+    lr_cuts: int = 0  # epochs without a better validation score so far (OptimizerConfig.rate)
     finished: bool = False
     loss_sum: float = 0.0
     loss_count: int = 0
@@ -256,6 +257,7 @@ def _checkpoint_state(
             "best_loss": state.best_loss,
             "best_weights": state.best_weights,
             "bad_epochs": state.bad_epochs,
+            "lr_cuts": state.lr_cuts,
             "finished": state.finished,
         },
         ckpt.DATA: {"fingerprint": prepared.fingerprint},
@@ -286,6 +288,7 @@ def _restore(saved: dict[str, Any], ps: ParameterServer) -> _LoopState:
     )
     torch.set_rng_state(saved[ckpt.RNG]["torch"])
     early, job, cursors = saved[ckpt.EARLY_STOP], saved[ckpt.JOB], saved[ckpt.CURSORS]
+    ps.server[C.LR_CUTS] = int(early.get("lr_cuts", 0))
     return _LoopState(
         epoch=int(cursors[0]["epoch"]),
         seed=int(cursors[0]["seed"]),
@@ -294,6 +297,7 @@ def _restore(saved: dict[str, Any], ps: ParameterServer) -> _LoopState:
         best_loss=float(early["best_loss"]),
         best_weights=early["best_weights"],
         bad_epochs=int(early["bad_epochs"]),
+        lr_cuts=int(early.get("lr_cuts", 0)),  # absent in older checkpoints
         finished=bool(early["finished"]),
         loss_sum=float(job["loss_sum"]),
         loss_count=int(job["loss_count"]),
@@ -341,6 +345,7 @@ def _end_epoch(model: TextClassifier, state: _LoopState, prepared: _Prepared, hp
             state.best_weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         else:
             state.bad_epochs += 1
+            state.lr_cuts += 1
         if state.bad_epochs >= hparams.patience:
             state.finished = True
     if state.epoch >= prepared.max_epochs:
@@ -473,7 +478,12 @@ def _train(
         )
         ps = ParameterServer.create(
             model_parameters(model),
-            OptimizerConfig(kind="adam", lr=hparams.learning_rate, staleness_bound=hparams.staleness_bound),
+            OptimizerConfig(
+                kind="adam",
+                lr=hparams.learning_rate,
+                plateau_factor=hparams.lr_plateau_factor,
+                staleness_bound=hparams.staleness_bound,
+            ),
             learners,
             prepared.max_rows,
             shared=processes is not None,
@@ -604,6 +614,7 @@ class _Session:
                 raise NonFiniteLoss(self.ps.version() + 1, result.nonfinite)
             if all(result.done):
                 _end_epoch(model, state, self.prepared, self.hparams)
+                self.ps.server[C.LR_CUTS] = state.lr_cuts  # every learner is parked at an epoch end
             if self.stop_requested or self._checkpoint_due():
                 self.save_checkpoint()
             if self.stop_requested:

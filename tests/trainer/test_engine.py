@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainer import engine
 from trainer.data import LabelledData
 from trainer.engine import Progress, train
 from trainer.errors import InvalidTrainingData, TrainerError, TrainingStopped
@@ -60,6 +61,38 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(
     assert expected.keys() == actual.keys()
     for key in expected:
         assert torch.equal(expected[key], actual[key]), key
+
+
+def test_plateau_cuts_of_the_learning_rate_survive_a_stop_and_resume(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validation scores that worsen on every even epoch cut the rate there and never stop
+    training early; a run stopped mid-epoch 3, after the first cut, resumes at the cut rate."""
+    real_end_epoch = engine._end_epoch
+
+    def end_epoch(model, state, prepared, hparams) -> None:  # type: ignore[no-untyped-def]
+        score = state.epoch / 100 if state.epoch % 2 else 0.0
+        monkeypatch.setattr(engine, "_validate", lambda *args: (score, 1.0))
+        real_end_epoch(model, state, prepared, hparams)
+
+    monkeypatch.setattr(engine, "_end_epoch", end_epoch)
+    constant = dataclasses.replace(quick_hparams, lr_plateau_factor=1.0)
+    train(small_data, workdir=tmp_path / "c-work", out_dir=tmp_path / "c", hparams=constant)
+    train(small_data, workdir=tmp_path / "ref-work", out_dir=tmp_path / "ref", hparams=quick_hparams)
+    with pytest.raises(TrainingStopped):
+        train(
+            small_data,
+            workdir=tmp_path / "work",
+            out_dir=tmp_path / "out",
+            hparams=quick_hparams,
+            should_stop=_stop_after(30),  # 12 updates an epoch: mid-epoch 3
+        )
+    train(small_data, workdir=tmp_path / "work", out_dir=tmp_path / "out", hparams=quick_hparams)
+
+    cut, uncut, resumed = (_weights(tmp_path / name) for name in ("ref", "c", "out"))
+    assert not torch.equal(cut["output.weight"], uncut["output.weight"])  # the cuts changed training
+    for key in cut:
+        assert torch.equal(cut[key], resumed[key]), key
 
 
 def test_training_twice_with_the_same_seed_gives_identical_models(

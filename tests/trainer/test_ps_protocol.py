@@ -167,6 +167,27 @@ def test_staleness_scales_the_learning_rate_and_the_bound_drops() -> None:
     assert stats.staleness_histogram[2] == 1 and stats.staleness_histogram[5] == 1
 
 
+def test_each_plateau_cut_multiplies_the_learning_rate_by_the_factor() -> None:
+    assert [OptimizerConfig(lr=1.0, plateau_factor=0.5).rate(cuts) for cuts in range(4)] == [
+        1.0,
+        0.5,
+        0.25,
+        0.125,
+    ]
+    assert OptimizerConfig(lr=0.5).rate(7) == 0.5  # factor 1.0: constant
+
+
+def test_the_server_applies_the_rate_of_its_shared_cut_counter() -> None:
+    """The cut count lives in the server's shared counters, so whichever learner holds the
+    apply role (another process, with K > 1) applies the same rate."""
+    opt = OptimizerConfig(kind="sgd", lr=1.0, plateau_factor=0.5)
+    ps = ParameterServer.create([(torch.zeros((2, 1)), True)], opt, 1, 1, shared=False)
+    ps.push(0, Gradient(torch.tensor([0]), [torch.ones((1, 1))]), 0, 1, 1)
+    ps.server[C.LR_CUTS] = 2
+    ps.push(0, Gradient(torch.tensor([1]), [torch.ones((1, 1))]), 1, 2, 1)
+    assert ps.params[0].flatten().tolist() == [-1.0, -0.25]
+
+
 @pytest.mark.parametrize("kind", ["adam", "sgd"])
 def test_snapshot_and_restore_round_trip(kind: str) -> None:
     ps = ParameterServer.create(

@@ -28,7 +28,8 @@ PAUSE = 7  # 1: learners park at their next step boundary
 ERROR = 8  # 0 or a learner's rank + 1 that met a non-finite loss
 HIST = 9  # staleness histogram: 0, 1, 2, 3, 4-7, 8-15, 16+ (7 buckets)
 HIST_BUCKETS = 7
-SERVER_FIELDS = HIST + HIST_BUCKETS
+LR_CUTS = HIST + HIST_BUCKETS  # plateau cuts of the learning rate so far (OptimizerConfig.rate)
+SERVER_FIELDS = LR_CUTS + 1
 
 # Rows 1..K: one learner each, written only by that learner except CURSOR (see below).
 PUSH_NS = 0  # time in push (slot wait + copy, or the direct apply it did for itself)

@@ -47,8 +47,16 @@ class OptimizerConfig:
     lr: float = 0.003
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
+    # reduce on plateau: the supervisor counts the epochs that did not improve the validation
+    # score in the server's LR_CUTS counter (set only while every learner is parked), and every
+    # apply uses lr * plateau_factor ** cuts, so all apply-role holders agree (1.0: constant)
+    plateau_factor: float = 1.0
     staleness_bound: int | None = None  # gradients staler than this are dropped (counted)
     staleness_aware: bool = True  # lr / max(1, staleness); off only where tests count exact sums
+
+    def rate(self, cuts: int) -> float:
+        """The learning rate after ``cuts`` plateau cuts."""
+        return self.lr * self.plateau_factor**cuts
 
 
 @dataclass
@@ -280,7 +288,8 @@ class ParameterServer:
         if bound is not None and staleness > bound:
             server[C.DROPPED] += 1  # consumed and counted, never applied
         else:
-            lr = self.opt.lr / max(1, staleness) if self.opt.staleness_aware else self.opt.lr
+            lr = self.opt.rate(int(server[C.LR_CUTS]))
+            lr = lr / max(1, staleness) if self.opt.staleness_aware else lr
             step = int(server[C.VERSION]) + 1
             nbytes = rows.numel() * 8
             for i, (param, grad) in enumerate(zip(self.params, values, strict=True)):

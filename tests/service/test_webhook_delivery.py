@@ -231,6 +231,16 @@ def test_the_relay_sends_unsent_events_and_resends_only_overdue_ones(
     broker: redis.Redis,
     event_to: Callable[[str], StatusEvent],
 ) -> None:
+    # The database serves the whole run: settle the pending events earlier tests left (a
+    # deleted classifier's stay pending), which this unscoped sweep would otherwise pick up
+    # once they are overdue, i.e. on a run slow enough to leave webhook_resend_grace_seconds
+    # between that test and this one.
+    session.execute(
+        update(StatusEvent)
+        .where(StatusEvent.delivery == Delivery.PENDING.value)
+        .values(delivery=Delivery.FAILED.value)
+    )
+    session.commit()
     event = event_to("http://93.184.216.34/hook")  # the API sent its message after the commit
     assert broker.llen(WEBHOOK_QUEUE) == 1
     assert webhooks.send_due(session, settings) == []  # sent just now: not overdue

@@ -49,7 +49,7 @@ from sklearn.pipeline import Pipeline, make_pipeline, make_union
 from sklearn.svm import LinearSVC
 
 from trainer import LabelledData, LoadedModel, read_labelled_csv, train
-from trainer.evaluate import classification_report, expected_calibration_error
+from trainer.evaluate import classification_report, expected_calibration_error, micro_f1
 
 PEERS = ("fasttext", "tfidf_lr", "tfidf_svm")
 NONE_CLASS = "None"  # the reject class of the NLU-Evaluation corpora
@@ -95,10 +95,16 @@ def f1_without_none(truth: list[str], predicted: list[str]) -> float | None:
     is a false negative. None (null) for a data set without a ``None`` class."""
     if NONE_CLASS not in truth:
         return None
-    hits = sum(t == p != NONE_CLASS for t, p in zip(truth, predicted, strict=True))
-    claimed = sum(p != NONE_CLASS for p in predicted)
-    real = sum(t != NONE_CLASS for t in truth)
-    return round(2 * hits / (claimed + real), 4) if claimed + real else 0.0
+    column = {label: i for i, label in enumerate(sorted(set(truth) | set(predicted) - {NONE_CLASS}))}
+
+    def one_hot(labels: list[str]) -> np.ndarray:  # a None row is all False
+        chosen = np.zeros((len(labels), len(column)), dtype=bool)
+        for row, label in enumerate(labels):
+            if label != NONE_CLASS:
+                chosen[row, column[label]] = True
+        return chosen
+
+    return round(micro_f1(one_hot(truth), one_hot(predicted)), 4)
 
 
 def run_taas(

@@ -288,7 +288,6 @@ def _restore(saved: dict[str, Any], ps: ParameterServer) -> _LoopState:
     )
     torch.set_rng_state(saved[ckpt.RNG]["torch"])
     early, job, cursors = saved[ckpt.EARLY_STOP], saved[ckpt.JOB], saved[ckpt.CURSORS]
-    ps.server[C.LR_CUTS] = int(early.get("lr_cuts", 0))
     return _LoopState(
         epoch=int(cursors[0]["epoch"]),
         seed=int(cursors[0]["seed"]),
@@ -606,6 +605,7 @@ class _Session:
         state = self.state
         self.report("training")
         while not state.finished:
+            self.ps.server[C.LR_CUTS] = state.lr_cuts  # learners are parked between rounds
             result: RoundResult = self.pool.run_round(state.epoch, state.positions, self._tick)
             state.positions = result.positions
             state.loss_sum += result.loss_sum
@@ -614,7 +614,6 @@ class _Session:
                 raise NonFiniteLoss(self.ps.version() + 1, result.nonfinite)
             if all(result.done):
                 _end_epoch(model, state, self.prepared, self.hparams)
-                self.ps.server[C.LR_CUTS] = state.lr_cuts  # every learner is parked at an epoch end
             if self.stop_requested or self._checkpoint_due():
                 self.save_checkpoint()
             if self.stop_requested:

@@ -20,7 +20,7 @@ import torch
 from trainer.errors import CheckpointCorrupt
 
 WEIGHTS = "weights"  # model state_dict
-OPTIMIZER = "optimizer"  # {"kind": "adam", "state": [m, v per parameter]} (the server's moments)
+OPTIMIZER = "optimizer"  # {"kind": "sgd" or "adam", "state": [] or Adam's [m, v per parameter]}
 VERSION = "version"  # updates applied so far
 CURSORS = "cursors"  # [ {epoch, seed, position} ] one per learner
 RNG = "rng"  # {"torch": ByteTensor, "learner_seeds": [seed + rank]}

@@ -319,10 +319,12 @@ def _validate(
     model: TextClassifier, bags: Bags, targets: np.ndarray, multi_label: bool
 ) -> tuple[float, float]:
     """(score, loss) of the validation split: accuracy and cross-entropy, or for a multi-label
-    model micro-F1 at the threshold best for it now, and binary cross-entropy."""
+    model micro-F1 at the threshold best for it now, and binary cross-entropy (as trained:
+    summed over classes, averaged over examples)."""
     logits = _logits(model, bags)
     if multi_label:
-        loss = float(F.binary_cross_entropy_with_logits(logits, torch.from_numpy(targets).to(logits.dtype)))
+        multi_hot = torch.from_numpy(targets).to(logits.dtype)
+        loss = float(F.binary_cross_entropy_with_logits(logits, multi_hot, reduction="sum")) / len(targets)
         return choose_threshold(torch.sigmoid(logits).numpy(), targets.astype(bool))[1], loss
     loss = float(F.cross_entropy(logits, torch.from_numpy(targets)))
     accuracy = float((logits.argmax(dim=1).numpy() == targets).mean())
@@ -478,7 +480,7 @@ def _train(
         ps = ParameterServer.create(
             model_parameters(model),
             OptimizerConfig(
-                kind="adam",
+                kind=hparams.optimizer,
                 lr=hparams.learning_rate,
                 plateau_factor=hparams.lr_plateau_factor,
                 staleness_bound=hparams.staleness_bound,
@@ -499,7 +501,10 @@ def _train(
         )
         del saved
         data_tensors = ShardData.of(prepared.train_bags, prepared.train_targets, shared=processes is not None)
-        task = partial(TextClassifierTask, multi_label=prepared.multi_label)
+        # SGD adds a row's duplicate gradients with one index_add_; only Adam needs them coalesced
+        task = partial(
+            TextClassifierTask, unique_rows=hparams.optimizer == "adam", multi_label=prepared.multi_label
+        )
         if processes is not None:
             processes.start(ps, task(), data_tensors, hparams.batch_size, state.seed)
         elif on_cuda:

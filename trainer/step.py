@@ -84,8 +84,9 @@ class TextClassifierTask:
     (Adam) needs; a linear one (SGD) applies duplicates with one ``index_add_`` and skips it.
 
     ``multi_label``: one sigmoid per class, trained with binary cross-entropy against multi-hot
-    targets, the mean over classes and examples (the sum over classes would only scale the
-    gradient, which Adam's step does not depend on: the same model on Reuters, docs/model.md);
+    targets, summed over classes and averaged over examples: each class's sigmoid gets the
+    gradient a one-vs-rest logistic regression would (the mean over classes would divide an
+    SGD step by the number of classes; Adam's step does not depend on the scale);
     otherwise a softmax trained with cross-entropy against class ids.
     """
 
@@ -109,7 +110,8 @@ class TextClassifierTask:
         )
         logits = F.linear(hidden, weight, bias)
         if self.multi_label:
-            loss = F.binary_cross_entropy_with_logits(logits, batch.targets.to(logits.dtype))
+            targets = batch.targets.to(logits.dtype)
+            loss = F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / len(targets)
         else:
             loss = F.cross_entropy(logits, batch.targets)
         rows_grad, weight_grad, bias_grad = torch.autograd.grad(loss, [self.table, weight, bias])

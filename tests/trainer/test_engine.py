@@ -12,7 +12,7 @@ from trainer import engine
 from trainer.data import LabelledData
 from trainer.engine import Progress, train
 from trainer.errors import InvalidTrainingData, TrainerError, TrainingStopped
-from trainer.hparams import HParams
+from trainer.hparams import DEFAULT_HPARAMS, HParams
 from trainer.inference import WEIGHTS_FILE
 
 
@@ -31,10 +31,12 @@ def _stop_after(calls: int):
     return should_stop
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 @pytest.mark.parametrize("stops", [[7], [13, 5, 40]], ids=["once-mid-epoch", "three-times"])
 def test_stopped_and_resumed_run_equals_the_uninterrupted_one(
-    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams, stops: list[int]
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams, stops: list[int], optimizer: str
 ) -> None:
+    quick_hparams = dataclasses.replace(quick_hparams, optimizer=optimizer)
     reference = train(
         small_data, workdir=tmp_path / "ref-work", out_dir=tmp_path / "ref", hparams=quick_hparams
     )
@@ -61,6 +63,14 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(
     assert expected.keys() == actual.keys()
     for key in expected:
         assert torch.equal(expected[key], actual[key]), key
+
+
+def test_hyper_parameters_saved_before_the_optimizer_was_a_field_are_read_as_adam() -> None:
+    """Checkpoints of that time hold Adam's moments and its learning rate: they resume with Adam."""
+    older = {k: v for k, v in HParams(learning_rate=0.003).as_dict().items() if k != "optimizer"}
+
+    assert HParams.from_dict(older) == HParams(optimizer="adam", learning_rate=0.003)
+    assert HParams.from_dict(DEFAULT_HPARAMS.as_dict()) == DEFAULT_HPARAMS
 
 
 def test_plateau_cuts_of_the_learning_rate_survive_a_stop_and_resume(

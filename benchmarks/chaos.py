@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from service.queue import enqueue_training  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from service.store import ArtifactStore  # noqa: E402
+from trainer.checkpoint import list_checkpoints  # noqa: E402
 from workers.reconciler import queued_job_ids  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -309,9 +310,14 @@ def drop_database(url: str) -> None:
 # --- data sets ---------------------------------------------------------------------------------
 
 
-def long_csv(rows: int = 900, words: int = 12, seed: int = 7) -> str:
+def long_csv(rows: int = 900, words: int = 64, seed: int = 7) -> str:
     """An NLC CSV (no header) of ``rows`` random-word texts in five classes: under 1,000 rows, so
-    the trainer holds no validation split out and always applies its whole plan of updates."""
+    the trainer holds no validation split out and always applies its whole plan of updates.
+
+    The texts are long (66 words, at most about 650 characters) so that each update costs about
+    as much as a short text's did under Adam, and the 3,021-update plan lasts several seconds
+    even idle: the scenarios poll progress, which is reported once a second, and must strike
+    while training runs."""
     rng = random.Random(seed)
     vocabulary = [f"w{i}q{rng.randrange(1000)}" for i in range(3000)]
     lines = []
@@ -612,6 +618,28 @@ def duplicate_delivery(folder: Path, flavour: str = "embedded") -> Outcome:
     return outcome
 
 
+def block_next_checkpoint(workdir: Path) -> int:
+    """Take the path of the next checkpoint's temp file with a folder; the version of the last
+    checkpoint written before it.
+
+    The newest file on disk is read just before the folder is made (the tenant's progress is
+    reported once a second, and training may be close to the next checkpoint by then). When
+    training reached that checkpoint in between (its temp file exists, or the listing moved
+    on), this tries again with the new newest one.
+    """
+    while True:
+        last = list_checkpoints(workdir)[0][0]
+        blocked = workdir / f"ckpt-{last + CHECKPOINT_EVERY_UPDATES:012d}.pt.tmp"
+        try:
+            blocked.mkdir()
+        except FileExistsError:  # being written right now
+            time.sleep(0.001)
+            continue
+        if list_checkpoints(workdir)[0][0] == last:
+            return last
+        blocked.rmdir()
+
+
 def checkpoint_write_failure(folder: Path, flavour: str = "embedded") -> Outcome:
     """e. The next checkpoint cannot be written (its temp file's path is taken by a folder, which
     fails the write like a full or read-only disk would, even for root): the previous checkpoint
@@ -625,10 +653,8 @@ def checkpoint_write_failure(folder: Path, flavour: str = "embedded") -> Outcome
         classifier_id = create_classifier(client, long_csv())
         wait_step(client, classifier_id, checkpoints=1)
         taken = [e for e in events(client, classifier_id) if e["event"] == "checkpoint"]
-        epoch, last = taken[-1]["epoch"], taken[-1]["step"]
-        workdir = ArtifactStore(up.artifacts).checkpoint_dir(tenant_id, classifier_id, 1) / f"epoch-{epoch}"
-        blocked = workdir / f"ckpt-{last + CHECKPOINT_EVERY_UPDATES:012d}.pt.tmp"
-        blocked.mkdir()
+        workdir = ArtifactStore(up.artifacts).checkpoint_dir(tenant_id, classifier_id, 1)
+        last = block_next_checkpoint(workdir / f"epoch-{taken[-1]['epoch']}")
         audit(client, classifier_id, outcome)
         timeline = events(client, classifier_id)
         crashed = [e for e in timeline if e["event"] == "crashed"]

@@ -9,7 +9,6 @@
                    unless env says not; ``cross_fit`` keeps the trainer's small-data folds).
 ``chatbot``        the NLU-Evaluation chatbot corpus from ``../shared/data`` (skipped if absent):
                    the training set as an NLC CSV file (no header) and the test rows.
-``snips``          the SNIPS corpus, the same way (a training long enough to interrupt).
 ``intents_nlc``    a small three-class NLC CSV made in code (fast to train).
 """
 
@@ -228,12 +227,6 @@ def _shared_corpus(name: str, tmp_path: Path) -> Corpus:
 def chatbot(tmp_path: Path) -> Corpus:
     """The NLU-Evaluation chatbot corpus (about 100 training and 100 test rows)."""
     return _shared_corpus("nlu-eval-chatbot", tmp_path)
-
-
-@pytest.fixture
-def snips(tmp_path: Path) -> Corpus:
-    """The SNIPS corpus (about 13,800 training rows): long enough to interrupt a training."""
-    return _shared_corpus("snips", tmp_path)
 
 
 @pytest.fixture

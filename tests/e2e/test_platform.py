@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks import chaos
+
 pytestmark = pytest.mark.e2e
 
 TRAIN_TIMEOUT = 180.0
@@ -110,13 +112,16 @@ def test_sigterm_stops_every_child_and_a_second_up_trains_what_the_first_queued(
 
 
 def test_job_training_at_sigterm_checkpoints_and_the_next_up_resumes_it(
-    platform_factory: Callable[..., Any], snips: Any, wait_until: Callable[..., Any]
+    platform_factory: Callable[..., Any], tmp_path: Path, wait_until: Callable[..., Any]
 ) -> None:
     platform = platform_factory()
     platform.start()
     tenant_key = platform.create_tenant()
+    # the crash benchmark's job: long enough to interrupt (SNIPS trains in a few seconds now)
+    training_csv = tmp_path / "long.csv"
+    training_csv.write_text(chaos.long_csv())
     with platform.client(tenant_key) as client:
-        classifier_id = create_classifier(client, snips.train_nlc, "snips")
+        classifier_id = create_classifier(client, training_csv, "long")
 
         def training_steps() -> bool:
             info = client.get(f"/v1/classifiers/{classifier_id}").json()

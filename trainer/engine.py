@@ -66,7 +66,7 @@ from trainer.ps.cuda import PER_GPU_LEARNERS, StreamPool
 from trainer.ps.learner import ShardData
 from trainer.ps.pool import InProcessPool, ProcessPool, RoundResult, SuspectState
 from trainer.ps.server import OptimizerConfig, ParameterServer
-from trainer.step import DataCursor, TextClassifierTask, model_parameters
+from trainer.step import DataCursor, TextClassifierTask, model_parameters, multi_label_loss
 
 MAX_RESTARTS = 2  # sessions restarted from the last checkpoint after a suspect state, per call
 
@@ -319,12 +319,10 @@ def _validate(
     model: TextClassifier, bags: Bags, targets: np.ndarray, multi_label: bool
 ) -> tuple[float, float]:
     """(score, loss) of the validation split: accuracy and cross-entropy, or for a multi-label
-    model micro-F1 at the threshold best for it now, and binary cross-entropy (as trained:
-    summed over classes, averaged over examples)."""
+    model micro-F1 at the threshold best for it now, and the loss it trains on."""
     logits = _logits(model, bags)
     if multi_label:
-        multi_hot = torch.from_numpy(targets).to(logits.dtype)
-        loss = float(F.binary_cross_entropy_with_logits(logits, multi_hot, reduction="sum")) / len(targets)
+        loss = float(multi_label_loss(logits, torch.from_numpy(targets)))
         return choose_threshold(torch.sigmoid(logits).numpy(), targets.astype(bool))[1], loss
     loss = float(F.cross_entropy(logits, torch.from_numpy(targets)))
     accuracy = float((logits.argmax(dim=1).numpy() == targets).mean())
@@ -477,14 +475,15 @@ def _train(
             ),
             generator=torch.Generator().manual_seed(hparams.seed),
         )
+        optimizer = OptimizerConfig(
+            kind=hparams.optimizer,
+            lr=hparams.learning_rate,
+            plateau_factor=hparams.lr_plateau_factor,
+            staleness_bound=hparams.staleness_bound,
+        )
         ps = ParameterServer.create(
             model_parameters(model),
-            OptimizerConfig(
-                kind=hparams.optimizer,
-                lr=hparams.learning_rate,
-                plateau_factor=hparams.lr_plateau_factor,
-                staleness_bound=hparams.staleness_bound,
-            ),
+            optimizer,
             learners,
             prepared.max_rows,
             shared=processes is not None,
@@ -501,9 +500,8 @@ def _train(
         )
         del saved
         data_tensors = ShardData.of(prepared.train_bags, prepared.train_targets, shared=processes is not None)
-        # SGD adds a row's duplicate gradients with one index_add_; only Adam needs them coalesced
         task = partial(
-            TextClassifierTask, unique_rows=hparams.optimizer == "adam", multi_label=prepared.multi_label
+            TextClassifierTask, unique_rows=optimizer.needs_unique_rows, multi_label=prepared.multi_label
         )
         if processes is not None:
             processes.start(ps, task(), data_tensors, hparams.batch_size, state.seed)

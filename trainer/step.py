@@ -73,6 +73,14 @@ def model_parameters(model: TextClassifier) -> list[tuple[torch.Tensor, bool]]:
     return [(model.embedding.weight, True), (model.output.weight, False), (model.output.bias, False)]
 
 
+def multi_label_loss(logits: torch.Tensor, multi_hot: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy summed over classes and averaged over examples: each class's
+    sigmoid gets the gradient a one-vs-rest logistic regression would (the mean over classes
+    would divide an SGD step by the number of classes; Adam's step does not depend on the scale)."""
+    targets = multi_hot.to(logits.dtype)
+    return F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / len(targets)
+
+
 class TextClassifierTask:
     """Gradients of the TextClassifier against parameters held by a ParameterServer.
 
@@ -83,11 +91,8 @@ class TextClassifierTask:
     coalesces them (sorted unique rows, duplicates summed), which a lazy per-row optimizer
     (Adam) needs; a linear one (SGD) applies duplicates with one ``index_add_`` and skips it.
 
-    ``multi_label``: one sigmoid per class, trained with binary cross-entropy against multi-hot
-    targets, summed over classes and averaged over examples: each class's sigmoid gets the
-    gradient a one-vs-rest logistic regression would (the mean over classes would divide an
-    SGD step by the number of classes; Adam's step does not depend on the scale);
-    otherwise a softmax trained with cross-entropy against class ids.
+    ``multi_label``: one sigmoid per class, trained with ``multi_label_loss`` against multi-hot
+    targets; otherwise a softmax trained with cross-entropy against class ids.
     """
 
     def __init__(self, unique_rows: bool = True, multi_label: bool = False) -> None:
@@ -110,8 +115,7 @@ class TextClassifierTask:
         )
         logits = F.linear(hidden, weight, bias)
         if self.multi_label:
-            targets = batch.targets.to(logits.dtype)
-            loss = F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / len(targets)
+            loss = multi_label_loss(logits, batch.targets)
         else:
             loss = F.cross_entropy(logits, batch.targets)
         rows_grad, weight_grad, bias_grad = torch.autograd.grad(loss, [self.table, weight, bias])

@@ -54,6 +54,12 @@ class OptimizerConfig:
     staleness_bound: int | None = None  # gradients staler than this are dropped (counted)
     staleness_aware: bool = True  # lr / max(1, staleness); off only where tests count exact sums
 
+    @property
+    def needs_unique_rows(self) -> bool:
+        """Whether a pushed gradient's rows must be sorted and unique: Adam updates each row's
+        moments once per step, while SGD's ``index_add_`` sums duplicate rows itself."""
+        return self.kind == "adam"
+
     def rate(self, cuts: int) -> float:
         """The learning rate after ``cuts`` plateau cuts."""
         return self.lr * self.plateau_factor**cuts

@@ -131,7 +131,8 @@ def save(workdir: Path, state: dict[str, Any]) -> Path:
             if older >= KEEP:
                 found_path.unlink(missing_ok=True)
     for leftover in workdir.glob("ckpt-*.pt.tmp"):
-        leftover.unlink(missing_ok=True)
+        if leftover.is_file():  # a write of ours that died; not what someone else put there
+            leftover.unlink(missing_ok=True)
     return path
 
 

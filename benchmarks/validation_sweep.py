@@ -27,6 +27,7 @@ import dataclasses
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,8 @@ PEERS = ("tfidf_lr", "tfidf_svm")
 Score = tuple[np.ndarray, np.ndarray | None]  # correct per validation row, top-1 confidence
 
 
-def _subset(data: LabelledData, indices: np.ndarray) -> LabelledData:
+def subset(data: LabelledData, indices: np.ndarray) -> LabelledData:
+    """The rows ``indices`` of ``data``."""
     return LabelledData([data.texts[i] for i in indices], [data.labels[i] for i in indices])
 
 
@@ -52,13 +54,25 @@ def _overrides(text: str) -> dict[str, object]:
     return {key: json.loads(value) for key, value in pairs}
 
 
-def _taas(hparams: HParams, train_data: LabelledData, validation: LabelledData) -> Score:
+def taas_probabilities(
+    hparams: HParams, train_data: LabelledData, validation: LabelledData
+) -> tuple[list[str], np.ndarray]:
+    """The labels of a taas model trained (K = 1) on ``train_data``, and its probabilities
+    (validation rows x labels) for the validation texts."""
     with tempfile.TemporaryDirectory(prefix="taas-sweep-") as tmp:
         train(train_data, workdir=Path(tmp) / "w", out_dir=Path(tmp) / "m", hparams=hparams, learners=1)
         model = LoadedModel.load(Path(tmp) / "m")
-    probabilities = model.probabilities(validation.texts)
-    predicted = np.asarray(model.labels)[probabilities.argmax(axis=1)]
+    return model.labels, model.probabilities(validation.texts)
+
+
+def score(labels: list[str], probabilities: np.ndarray, validation: LabelledData) -> Score:
+    """Per validation row: whether the most probable label is right, and its probability."""
+    predicted = np.asarray(labels)[probabilities.argmax(axis=1)]
     return predicted == np.asarray(validation.labels), probabilities.max(axis=1)
+
+
+def _taas(hparams: HParams, train_data: LabelledData, validation: LabelledData) -> Score:
+    return score(*taas_probabilities(hparams, train_data, validation), validation)
 
 
 def _peer(system: str, train_data: LabelledData, validation: LabelledData) -> Score:
@@ -68,58 +82,84 @@ def _peer(system: str, train_data: LabelledData, validation: LabelledData) -> Sc
     return predicted == np.asarray(validation.labels), confidence
 
 
-def sweep(
-    folder: Path, systems: dict[str, HParams], folds: int, repeats: int, per_repeat: int, max_rows: int | None
-) -> list[dict[str, object]]:
-    """One summary row per system for the folder's train.csv."""
+def read_train(folder: Path, max_rows: int | None = None) -> LabelledData:
+    """The folder's train.csv, subsampled (stratified) to ``max_rows`` when given."""
     data = read_labelled_csv(folder / "train.csv")
     if max_rows is not None and len(data) > max_rows:
         _, keep = stratified_split(data.labels, max_rows / len(data), seed=0)
-        data = _subset(data, keep)
-    runs: dict[str, list[Score]] = {system: [] for system in [*systems, *PEERS]}
+        data = subset(data, keep)
+    return data
+
+
+def splits(
+    labels: list[str], folds: int, repeats: int, per_repeat: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(training rows, validation rows) of each split: per repeat, a stratified deal into
+    ``folds`` folds with the repeat's own seed, its first ``per_repeat`` folds in turn held out."""
     for repeat in range(repeats):
-        fold_of = stratified_folds(data.labels, folds, seed=1000 + repeat)
+        fold_of = stratified_folds(labels, folds, seed=1000 + repeat)
         for fold in range(min(folds, per_repeat)):
-            train_data = _subset(data, np.flatnonzero(fold_of != fold))
-            validation = _subset(data, np.flatnonzero(fold_of == fold))
-            for system, hparams in systems.items():
-                runs[system].append(_taas(hparams, train_data, validation))
-            for system in PEERS:
-                runs[system].append(_peer(system, train_data, validation))
-    rows = []
-    for system, splits in runs.items():
-        correct = np.concatenate([c for c, _ in splits])
-        accuracies = [float(c.mean()) for c, _ in splits]
+            yield np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
+
+
+def summarise(dataset: str, rows: int, runs: dict[str, list[Score]]) -> list[dict[str, object]]:
+    """One summary row per system of ``runs`` (its scores per split, the same splits for
+    all), paired against the system ``taas``."""
+    summary = []
+    base = np.concatenate([c for c, _ in runs["taas"]])
+    for system, scored in runs.items():
+        correct = np.concatenate([c for c, _ in scored])
+        accuracies = [float(c.mean()) for c, _ in scored]
         row: dict[str, object] = {
-            "dataset": dataset_name(folder),
+            "dataset": dataset,
             "system": system,
-            "rows": len(data),
-            "splits": len(splits),
+            "rows": rows,
+            "splits": len(scored),
             "accuracy_mean": round(float(np.mean(accuracies)), 4),
-            "accuracy_sd": round(float(np.std(accuracies, ddof=1)) if len(splits) > 1 else 0.0, 4),
+            "accuracy_sd": round(float(np.std(accuracies, ddof=1)) if len(scored) > 1 else 0.0, 4),
             "pooled_accuracy": round(float(correct.mean()), 4),
             "correct": int(correct.sum()),
             "validation_rows": len(correct),
             "ece": None
-            if splits[0][1] is None
+            if scored[0][1] is None
             else round(
-                expected_calibration_error(np.concatenate([p for _, p in splits]).tolist(), correct.tolist()),
+                expected_calibration_error(np.concatenate([p for _, p in scored]).tolist(), correct.tolist()),
                 4,
             ),
         }
         if system != "taas":
-            base = np.concatenate([c for c, _ in runs["taas"]])
             row["wins"], row["losses"] = int((correct & ~base).sum()), int((base & ~correct).sum())
-        rows.append(row)
-    return rows
+        summary.append(row)
+    return summary
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sweep(
+    folder: Path, systems: dict[str, HParams], folds: int, repeats: int, per_repeat: int, max_rows: int | None
+) -> list[dict[str, object]]:
+    """One summary row per system for the folder's train.csv."""
+    data = read_train(folder, max_rows)
+    runs: dict[str, list[Score]] = {system: [] for system in [*systems, *PEERS]}
+    for train_rows, validation_rows in splits(data.labels, folds, repeats, per_repeat):
+        train_data, validation = subset(data, train_rows), subset(data, validation_rows)
+        for system, hparams in systems.items():
+            runs[system].append(_taas(hparams, train_data, validation))
+        for system in PEERS:
+            runs[system].append(_peer(system, train_data, validation))
+    return summarise(dataset_name(folder), len(data), runs)
+
+
+def split_parser(description: str) -> argparse.ArgumentParser:
+    """A parser of the dataset folders and the arguments of ``splits``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("datasets", nargs="+", type=Path, help="folders holding train.csv")
     parser.add_argument("--folds", type=int, default=5, help="stratified folds per repeat")
     parser.add_argument("--repeats", type=int, default=1, help="repeats, each with its own fold seed")
     parser.add_argument("--per-repeat", type=int, default=5, help="folds of each repeat used as validation")
+    return parser
+
+
+def main() -> None:
+    parser = split_parser(__doc__.splitlines()[0])
     parser.add_argument("--max-rows", type=int, default=None, help="stratified subsample of train.csv")
     parser.add_argument("--set", default="", help="KEY=VALUE[,...]: HParams overrides for every taas run")
     parser.add_argument(

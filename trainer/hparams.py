@@ -16,7 +16,8 @@ learning rate after each epoch that does not improve the validation score (4 pai
 none lost on the tiny ones, a point of validation micro-F1 on Reuters). docs/model.md has the tables, with
 what lost: weight decay, a refit on every row, a linear decay over a short plan (better on
 the intent sets, 2.4 points worse on Reuters' validation split), label smoothing, n-gram
-dropout, iterate averaging and seed ensembles.
+dropout, iterate averaging, seed ensembles, a non-linear hidden layer, and a frozen sentence
+encoder as extra features or in an ensemble (benchmarks/encoder_sweep.py).
 """
 
 from __future__ import annotations

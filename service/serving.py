@@ -183,11 +183,13 @@ class ModelCache:
         with self._lock:
             return sum(m.nbytes for m in self._models.values())
 
-    def evict(self, classifier_id: str) -> None:
-        """Drop every cached model of a classifier (it was deleted)."""
+    def evict(self, classifier_id: str, under: Path | None = None) -> None:
+        """Drop every cached model of a classifier (it was deleted), or with ``under`` only those
+        loaded from that folder (a deleted version's: a classify pinned to it had loaded it)."""
         with self._lock:
             for key in [k for k in self._models if k[0] == classifier_id]:
-                del self._models[key]
+                if under is None or Path(key[1]).is_relative_to(under):
+                    del self._models[key]
 
     def _evict_over_budget(self) -> None:
         total = sum(m.nbytes for m in self._models.values())

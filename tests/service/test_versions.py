@@ -201,7 +201,17 @@ def test_deleting_versions(
 
     assert new_version(tenant, available).status_code == 201  # version 3: numbers are not reused
     make_available(session, store, tenant.id, available, tiny_model, version=3)
+    client.app.state.invalidations.announce(tenant.id)  # type: ignore[attr-defined]  # as a worker does
+    # A classify pinned to version 1 loads its model; deleting the version drops it from the
+    # model cache (the serving version's stays).
+    assert _classify(client, tenant, available, "?version=1").status_code == 200
+    assert _classify(client, tenant, available).status_code == 200
+    models = client.app.state.models  # type: ignore[attr-defined]
+    assert len(models) == 2
     assert client.delete(f"/v1/classifiers/{available}/versions/1", headers=tenant.headers).status_code == 200
+    assert len(models) == 1
+    serving_dir = _model_dir(session, available)
+    assert serving_dir is not None and models.peek(available, store.resolve(serving_dir)) is not None
     listed = client.get(f"/v1/classifiers/{available}/versions", headers=tenant.headers).json()
     assert [(v["version"], v["serving"]) for v in listed["versions"]] == [(3, True)]
     assert not store.version_dir(tenant.id, available, 1).exists()

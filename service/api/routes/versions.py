@@ -15,6 +15,7 @@ from service.api import intake
 from service.api.deps import (
     ClassifierDep,
     InvalidationsDep,
+    ModelCacheDep,
     SessionDep,
     SettingsDep,
     StoreDep,
@@ -99,10 +100,12 @@ def delete_version(
     session: SessionDep,
     settings: SettingsDep,
     store: StoreDep,
+    models: ModelCacheDep,
     version: int = VersionNumber,
 ) -> dict[str, object]:
     """Delete a version that does not serve (its training stops); 409 for the serving one."""
     versions.delete_version(session, settings, store, classifier, version, now=utcnow())
+    models.evict(classifier.id, under=store.version_dir(classifier.tenant_id, classifier.id, version))
     return {}
 
 

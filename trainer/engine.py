@@ -54,6 +54,7 @@ from trainer.evaluate import (
     choose_threshold,
     classification_report,
     decide,
+    decide_on_other_half,
     multilabel_report,
 )
 from trainer.features import Bags, Featurizer, FeaturizerConfig
@@ -756,17 +757,22 @@ def _multilabel_metrics(
 ) -> tuple[dict[str, object], float, float]:
     """(metrics, temperature 1, threshold) of a multi-label model from held-out logits.
 
-    The threshold is chosen on the held-out scores (validation split or cross-fitting), then
-    the metrics are measured at it on the same scores, so they are slightly optimistic by
-    that one choice; on training rows (no held-out scores) it stays DEFAULT_THRESHOLD. The
-    sigmoids are not temperature-scaled.
+    The threshold is chosen on all the held-out scores (validation split or cross-fitting);
+    the metrics are measured with each half of those rows decided at a threshold chosen on
+    the other half (decide_on_other_half), so the choice does not flatter them. On training
+    rows (no held-out scores) the threshold stays DEFAULT_THRESHOLD. The sigmoids are not
+    temperature-scaled.
     """
     probabilities = torch.sigmoid(torch.from_numpy(logits)).numpy()
     truth = targets.astype(bool)
-    threshold = choose_threshold(probabilities, truth)[0] if evaluated_on != "training" else DEFAULT_THRESHOLD
-    report = multilabel_report(
-        _label_sets(truth, labels), _label_sets(decide(probabilities, threshold), labels)
-    )
+    if evaluated_on == "training":
+        threshold, chosen = DEFAULT_THRESHOLD, decide(probabilities, DEFAULT_THRESHOLD)
+    else:
+        threshold, chosen = (
+            choose_threshold(probabilities, truth)[0],
+            decide_on_other_half(probabilities, truth),
+        )
+    report = multilabel_report(_label_sets(truth, labels), _label_sets(chosen, labels))
     report["threshold"] = threshold
     report["evaluated_on"] = evaluated_on
     return report, 1.0, threshold

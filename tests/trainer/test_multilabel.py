@@ -27,6 +27,7 @@ from trainer.evaluate import (
     THRESHOLDS,
     choose_threshold,
     decide,
+    decide_on_other_half,
     micro_f1,
     multilabel_report,
 )
@@ -166,6 +167,28 @@ def test_the_threshold_is_the_candidate_with_the_best_micro_f1() -> None:
     assert 0.1 < threshold <= 0.32 and score == 1.0  # 0.32 must pass, 0.1 must not
     assert threshold == 0.3  # of the perfect candidates (0.15 ... 0.30), the one nearest 0.5
     assert score == micro_f1(truth, decide(probabilities, threshold))
+
+
+def test_reported_decisions_use_the_threshold_chosen_on_the_other_half() -> None:
+    # Even rows' positives score 0.3 (negatives 0.1): their own best threshold is 0.3. Odd rows'
+    # positives score 0.8 (negatives 0.45): theirs is 0.5. Each half is decided at the other's.
+    even = [[0.3, 0.1, 0.1], [0.1, 0.3, 0.1], [0.3, 0.1, 0.3]]
+    odd = [[0.8, 0.45, 0.1], [0.45, 0.8, 0.8], [0.1, 0.45, 0.8]]
+    probabilities = np.array([row for pair in zip(even, odd, strict=True) for row in pair])
+    truth = probabilities >= 0.3
+    truth[1::2] = probabilities[1::2] >= 0.5
+
+    chosen = decide_on_other_half(probabilities, truth)
+
+    assert choose_threshold(probabilities[0::2], truth[0::2])[0] == 0.3
+    assert choose_threshold(probabilities[1::2], truth[1::2])[0] == 0.5
+    # Even rows at 0.5: only each row's most probable class. Odd rows at 0.3: the 0.45s too.
+    assert chosen[0::2].tolist() == decide(probabilities[0::2], 0.5).tolist()
+    assert chosen[1::2].tolist() == decide(probabilities[1::2], 0.3).tolist()
+    assert micro_f1(truth, chosen) < choose_threshold(probabilities, truth)[1]  # no flattery
+    assert (
+        decide_on_other_half(probabilities[:1], truth[:1]).tolist() == decide(probabilities[:1], 0.5).tolist()
+    )
 
 
 # --- training -----------------------------------------------------------------------------

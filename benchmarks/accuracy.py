@@ -14,13 +14,17 @@ otherwise) and three peers, then evaluates all of them on test.csv, side by side
 * ``tfidf_lr`` / ``tfidf_svm``: scikit-learn TF-IDF word 1-2 + char_wb 2-5 grams
   (sublinear TF) into LogisticRegression(C=10, max_iter=2000) or LinearSVC(C=1).
 
-With --json it prints one JSON line per dataset and system: dataset, system, accuracy,
-macro_f1, f1_without_none (micro-F1 with the reject class ``None`` left out, the metric of
-the NLU-Evaluation corpora's published figures; null where there is no ``None`` class), ece
+With --json it prints one JSON line per dataset and system: dataset, system, correct
+(test rows right), accuracy, macro_f1, f1_without_none (micro-F1 with the reject class
+``None`` left out, the metric of the NLU-Evaluation corpora's published figures; null where
+there is no ``None`` class), ece
 (top-1 expected calibration error, 15 bins; null for the SVM, which gives no probabilities),
 train_s (wall seconds to fit), model_bytes (model directory size for taas, the saved model
 file for fastText, the pickled pipeline for the TF-IDF peers) and load_s (cold load of the
-saved model, the import already done). Without --json, a readable table.
+saved model, the import already done); each peer's row also has vs_taas, the paired
+comparison with the (first) taas row on the same test rows: taas_only and peer_only (rows
+only that system gets right) and mcnemar_p (the exact McNemar test's two-sided p-value).
+Without --json, a readable table.
 ``--learners 1,2`` trains taas once per K (system ``taas-k1``, ``taas-k2``; the default, one
 K of 1, keeps the system name ``taas``).
 
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import binomtest
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline, make_union
@@ -71,13 +76,14 @@ def _row(
     load_s: float,
 ) -> dict[str, object]:
     report = classification_report(test.labels, predicted)
+    right = [p == t for p, t in zip(predicted, test.labels, strict=True)]
     ece = None
     if confidence is not None:
-        correct = [p == t for p, t in zip(predicted, test.labels, strict=True)]
-        ece = round(expected_calibration_error(confidence, correct), 4)
+        ece = round(expected_calibration_error(confidence, right), 4)
     return {
         "dataset": dataset,
         "system": system,
+        "correct": sum(right),
         "accuracy": round(float(report["accuracy"]), 4),  # type: ignore[arg-type]
         "macro_f1": round(float(report["macro_f1"]), 4),  # type: ignore[arg-type]
         "f1_without_none": f1_without_none(test.labels, predicted),
@@ -85,7 +91,18 @@ def _row(
         "train_s": round(train_s, 2),
         "model_bytes": model_bytes,
         "load_s": round(load_s, 4),
+        "_right": right,  # for paired(); benchmark() takes it out
     }
+
+
+def paired(taas: list[bool], peer: list[bool]) -> dict[str, object]:
+    """The peer against taas on the same test rows: the rows only taas gets right, the rows only
+    the peer does, and the exact McNemar test's two-sided p-value (a binomial test of those two
+    counts), the chance of a split at least that uneven if the two were equally good."""
+    taas_only = sum(t and not p for t, p in zip(taas, peer, strict=True))
+    peer_only = sum(p and not t for t, p in zip(taas, peer, strict=True))
+    p_value = binomtest(taas_only, taas_only + peer_only).pvalue if taas_only + peer_only else 1.0
+    return {"taas_only": taas_only, "peer_only": peer_only, "mcnemar_p": round(float(p_value), 4)}
 
 
 def f1_without_none(truth: list[str], predicted: list[str]) -> float | None:
@@ -211,6 +228,9 @@ def benchmark(folder: Path, learners: tuple[int, ...] = (1,), peers: bool = True
         fasttext_row = run_fasttext(dataset, train_data, test)
         rows += [fasttext_row] if fasttext_row is not None else []
         rows += [run_tfidf(dataset, system, train_data, test) for system in PEERS[1:]]
+    right = [row.pop("_right") for row in rows]
+    for row, peer_right in zip(rows[len(learners) :], right[len(learners) :], strict=True):
+        row["vs_taas"] = paired(right[0], peer_right)  # type: ignore[arg-type]
     return rows
 
 
@@ -232,7 +252,9 @@ def stress(learners: int) -> list[dict[str, object]]:
     """taas on the two ends of the size range, scored on its own training data."""
     rows = []
     for name, data in (("stress-20000x3000", stress_data(20_000, 3_000)), ("stress-8x5", stress_data(8, 5))):
-        rows.append(run_taas(name, data, data, learners))
+        row = run_taas(name, data, data, learners)
+        del row["_right"]
+        rows.append(row)
     return rows
 
 

@@ -1,5 +1,5 @@
-"""The house rules that a machine can check: lint (ruff), types (mypy) and the import layers
-(import-linter).
+"""The house rules that a machine can check: lint and formatting (ruff, the code blocks of
+the Markdown docs included), types (mypy) and the import layers (import-linter).
 
 They run inside ``pytest`` so that the one test command of the README checks them too.
 """
@@ -22,6 +22,11 @@ def _tool(name: str) -> str:
 
 def test_ruff_finds_nothing() -> None:
     run = subprocess.run([_tool("ruff"), "check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_ruff_format_would_change_nothing() -> None:
+    run = subprocess.run([_tool("ruff"), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
 
 

@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,14 @@ def dataset_name(folder: Path) -> str:
     return folder.resolve().name
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One system's result row, and per test row whether it got it right (for ``paired``)."""
+
+    row: dict[str, object]
+    right: list[bool]
+
+
 def _row(
     dataset: str,
     system: str,
@@ -74,13 +83,13 @@ def _row(
     train_s: float,
     model_bytes: int,
     load_s: float,
-) -> dict[str, object]:
+) -> Measured:
     report = classification_report(test.labels, predicted)
     right = [p == t for p, t in zip(predicted, test.labels, strict=True)]
     ece = None
     if confidence is not None:
         ece = round(expected_calibration_error(confidence, right), 4)
-    return {
+    row: dict[str, object] = {
         "dataset": dataset,
         "system": system,
         "correct": sum(right),
@@ -91,8 +100,8 @@ def _row(
         "train_s": round(train_s, 2),
         "model_bytes": model_bytes,
         "load_s": round(load_s, 4),
-        "_right": right,  # for paired(); benchmark() takes it out
     }
+    return Measured(row, right)
 
 
 def paired(taas: list[bool], peer: list[bool]) -> dict[str, object]:
@@ -126,7 +135,7 @@ def f1_without_none(truth: list[str], predicted: list[str]) -> float | None:
 
 def run_taas(
     dataset: str, train_data: LabelledData, test: LabelledData, learners: int = 1, system: str = "taas"
-) -> dict[str, object]:
+) -> Measured:
     """Train (with ``learners`` learners) and evaluate taas in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="taas-bench-") as tmp:
         model_dir = Path(tmp) / "model"
@@ -146,7 +155,7 @@ def _fasttext_line(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def run_fasttext(dataset: str, train_data: LabelledData, test: LabelledData) -> dict[str, object] | None:
+def run_fasttext(dataset: str, train_data: LabelledData, test: LabelledData) -> Measured | None:
     """Train and evaluate fastText; None (and a message on stderr) when it is not installed."""
     try:
         import fasttext
@@ -199,7 +208,7 @@ def tfidf_pipeline(system: str) -> Pipeline:
     return make_pipeline(features, linear)
 
 
-def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: LabelledData) -> dict[str, object]:
+def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: LabelledData) -> Measured:
     """Train and evaluate one TF-IDF peer ('tfidf_lr' or 'tfidf_svm')."""
     pipeline = tfidf_pipeline(system)
     started = time.perf_counter()
@@ -221,17 +230,16 @@ def benchmark(folder: Path, learners: tuple[int, ...] = (1,), peers: bool = True
     train_data = read_labelled_csv(folder / "train.csv")
     test = read_labelled_csv(folder / "test.csv")
     dataset = dataset_name(folder)
-    rows = [
+    measured = [
         run_taas(dataset, train_data, test, k, "taas" if learners == (1,) else f"taas-k{k}") for k in learners
     ]
     if peers:
-        fasttext_row = run_fasttext(dataset, train_data, test)
-        rows += [fasttext_row] if fasttext_row is not None else []
-        rows += [run_tfidf(dataset, system, train_data, test) for system in PEERS[1:]]
-    right = [row.pop("_right") for row in rows]
-    for row, peer_right in zip(rows[len(learners) :], right[len(learners) :], strict=True):
-        row["vs_taas"] = paired(right[0], peer_right)  # type: ignore[arg-type]
-    return rows
+        fasttext_result = run_fasttext(dataset, train_data, test)
+        measured += [fasttext_result] if fasttext_result is not None else []
+        measured += [run_tfidf(dataset, system, train_data, test) for system in PEERS[1:]]
+    for peer in measured[len(learners) :]:
+        peer.row["vs_taas"] = paired(measured[0].right, peer.right)
+    return [m.row for m in measured]
 
 
 def stress_data(rows: int, classes: int, seed: int = 0) -> LabelledData:
@@ -252,9 +260,7 @@ def stress(learners: int) -> list[dict[str, object]]:
     """taas on the two ends of the size range, scored on its own training data."""
     rows = []
     for name, data in (("stress-20000x3000", stress_data(20_000, 3_000)), ("stress-8x5", stress_data(8, 5))):
-        row = run_taas(name, data, data, learners)
-        del row["_right"]
-        rows.append(row)
+        rows.append(run_taas(name, data, data, learners).row)
     return rows
 
 

@@ -11,10 +11,10 @@ them, and on each split, side by side:
 
 * ``taas``: trainer.train with DEFAULT_HPARAMS, K = 1;
 * ``tfidf_lr``: benchmarks/accuracy.py's TF-IDF + logistic-regression peer;
-* ``minilm_lr``: LogisticRegression(C=10) on the embeddings alone;
+* ``minilm_lr``: the same logistic regression (C=10) on the embeddings alone;
 * ``taas+minilm_W``: an ensemble, taas's probabilities and minilm_lr's averaged with weight
   W on the encoder's (W = 0.3, 0.5);
-* ``tfidf+minilm_lr``: one LogisticRegression(C=10) on the peer's TF-IDF features with the
+* ``tfidf+minilm_lr``: that logistic regression on the peer's TF-IDF features with the
   embedding appended (the encoder as extra features).
 
 Prints validation_sweep.py's summary row per dataset and system (pooled accuracy, correct
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.linear_model import LogisticRegression
+from sklearn.base import clone
 
 from trainer import DEFAULT_HPARAMS
 
@@ -88,10 +88,6 @@ def _aligned(labels: list[str], probabilities: np.ndarray, universe: list[str]) 
     return out
 
 
-def _logistic(features: np.ndarray | sp.spmatrix, labels: list[str]) -> LogisticRegression:
-    return LogisticRegression(C=10, max_iter=2000).fit(features, labels)
-
-
 def compare(
     folder: Path, encoder: Encoder, folds: int, repeats: int, per_repeat: int
 ) -> list[dict[str, object]]:
@@ -103,23 +99,24 @@ def compare(
     for train_rows, validation_rows in splits(data.labels, folds, repeats, per_repeat):
         train_data, validation = subset(data, train_rows), subset(data, validation_rows)
         taas = _aligned(*taas_probabilities(DEFAULT_HPARAMS, train_data, validation), universe)
-        peer = tfidf_pipeline("tfidf_lr").fit(train_data.texts, train_data.labels)
-        tfidf_lr = _aligned(list(peer.classes_), peer.predict_proba(validation.texts), universe)
-        encoded = _logistic(embeddings[train_rows], train_data.labels)
-        minilm = _aligned(
-            list(encoded.classes_), encoded.predict_proba(embeddings[validation_rows]), universe
-        )
-        union = peer.steps[0][1]  # the peer's fitted TF-IDF features
-        joint = _logistic(
-            sp.hstack([union.transform(train_data.texts), embeddings[train_rows]]).tocsr(), train_data.labels
-        )
-        both = joint.predict_proba(
-            sp.hstack([union.transform(validation.texts), embeddings[validation_rows]]).tocsr()
-        )
-        systems: dict[str, np.ndarray] = {"taas": taas, "tfidf_lr": tfidf_lr, "minilm_lr": minilm}
+        # the peer's TF-IDF features fitted once, and its classifier fitted on each feature set
+        features, linear = (step for _, step in tfidf_pipeline("tfidf_lr").steps)
+        tfidf_train = features.fit_transform(train_data.texts)
+        tfidf_validation = features.transform(validation.texts)
+        systems: dict[str, np.ndarray] = {"taas": taas}
+        for name, train, held_out in (
+            ("tfidf_lr", tfidf_train, tfidf_validation),
+            ("minilm_lr", embeddings[train_rows], embeddings[validation_rows]),
+            (
+                "tfidf+minilm_lr",
+                sp.hstack([tfidf_train, embeddings[train_rows]]).tocsr(),
+                sp.hstack([tfidf_validation, embeddings[validation_rows]]).tocsr(),
+            ),
+        ):
+            model = clone(linear).fit(train, train_data.labels)
+            systems[name] = _aligned(list(model.classes_), model.predict_proba(held_out), universe)
         for weight in ENSEMBLE_WEIGHTS:
-            systems[f"taas+minilm_{weight}"] = (1 - weight) * taas + weight * minilm
-        systems["tfidf+minilm_lr"] = _aligned(list(joint.classes_), both, universe)
+            systems[f"taas+minilm_{weight}"] = (1 - weight) * taas + weight * systems["minilm_lr"]
         for system, probabilities in systems.items():
             runs.setdefault(system, []).append(score(universe, probabilities, validation))
     return summarise(dataset_name(folder), len(data), runs)

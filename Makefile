@@ -12,7 +12,7 @@ UP_ARGS ?=
 up: $(VENV)/.stamp-base
 	$(BIN)/taas up $(UP_ARGS)
 
-# pytest also runs ruff and the import-layer contracts (tests/test_code_rules.py).
+# pytest also runs ruff (lint and format), mypy and the import-layer contracts (tests/test_code_rules.py).
 test: $(VENV)/.stamp-dev chromium
 	$(BIN)/pytest -q
 

@@ -11,7 +11,7 @@ otherwise) and three peers, then evaluates all of them on test.csv, side by side
   tuned in shared/data/BASELINES.md: 25 epochs, lr 0.5, word bigrams, char 2-5 grams,
   one thread, seed 0, lower-cased text. Skipped with a message on stderr when the
   package is not installed.
-* ``tfidf_lr`` / ``tfidf_svm``: scikit-learn TF-IDF word 1-2 + char_wb 2-5 grams
+* ``tfidf-logreg`` / ``tfidf-svm``: scikit-learn TF-IDF word 1-2 + char_wb 2-5 grams
   (sublinear TF) into LogisticRegression(C=10, max_iter=2000) or LinearSVC(C=1).
 
 With --json it prints one JSON line per dataset and system: dataset, system, correct
@@ -57,7 +57,7 @@ from sklearn.svm import LinearSVC
 from trainer import LabelledData, LoadedModel, read_labelled_csv, train
 from trainer.evaluate import classification_report, expected_calibration_error, micro_f1
 
-PEERS = ("fasttext", "tfidf_lr", "tfidf_svm")
+PEERS = ("fasttext", "tfidf-logreg", "tfidf-svm")
 NONE_CLASS = "None"  # the reject class of the NLU-Evaluation corpora
 
 
@@ -199,17 +199,17 @@ def run_fasttext(dataset: str, train_data: LabelledData, test: LabelledData) -> 
 
 
 def tfidf_pipeline(system: str) -> Pipeline:
-    """The unfitted TF-IDF peer 'tfidf_lr' or 'tfidf_svm'."""
+    """The unfitted TF-IDF peer 'tfidf-logreg' or 'tfidf-svm'."""
     features = make_union(
         TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
         TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True),
     )
-    linear = LogisticRegression(C=10, max_iter=2000) if system == "tfidf_lr" else LinearSVC(C=1)
+    linear = LogisticRegression(C=10, max_iter=2000) if system == "tfidf-logreg" else LinearSVC(C=1)
     return make_pipeline(features, linear)
 
 
 def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: LabelledData) -> Measured:
-    """Train and evaluate one TF-IDF peer ('tfidf_lr' or 'tfidf_svm')."""
+    """Train and evaluate one TF-IDF peer ('tfidf-logreg' or 'tfidf-svm')."""
     pipeline = tfidf_pipeline(system)
     started = time.perf_counter()
     pipeline.fit(train_data.texts, train_data.labels)
@@ -220,7 +220,7 @@ def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: Labelle
     load_s = time.perf_counter() - started
     predicted = [str(p) for p in pipeline.predict(test.texts)]
     confidence = None
-    if system == "tfidf_lr":
+    if system == "tfidf-logreg":
         confidence = np.max(pipeline.predict_proba(test.texts), axis=1).tolist()
     return _row(dataset, system, test, predicted, confidence, train_s, len(blob), load_s)
 
@@ -266,14 +266,14 @@ def stress(learners: int) -> list[dict[str, object]]:
 
 def _table(rows: list[dict[str, object]]) -> str:
     header = (
-        f"{'dataset':<20} {'system':<10} {'accuracy':>8} {'macro_f1':>8} {'ece':>6} {'train_s':>8} "
+        f"{'dataset':<20} {'system':<13} {'accuracy':>8} {'macro_f1':>8} {'ece':>6} {'train_s':>8} "
         f"{'model_bytes':>12} {'load_s':>7}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
         ece = "-" if r["ece"] is None else f"{r['ece']:.3f}"
         lines.append(
-            f"{r['dataset']:<20} {r['system']:<10} {r['accuracy']:>8.3f} {r['macro_f1']:>8.3f} {ece:>6} "
+            f"{r['dataset']:<20} {r['system']:<13} {r['accuracy']:>8.3f} {r['macro_f1']:>8.3f} {ece:>6} "
             f"{r['train_s']:>8.2f} {r['model_bytes']:>12,} {r['load_s']:>7.3f}"
         )
     return "\n".join(lines)

@@ -10,11 +10,11 @@ embeddings, offline), then dealt into folds exactly as benchmarks/validation_swe
 them, and on each split, side by side:
 
 * ``taas``: trainer.train with DEFAULT_HPARAMS, K = 1;
-* ``tfidf_lr``: benchmarks/accuracy.py's TF-IDF + logistic-regression peer;
-* ``minilm_lr``: the same logistic regression (C=10) on the embeddings alone;
-* ``taas+minilm_W``: an ensemble, taas's probabilities and minilm_lr's averaged with weight
+* ``tfidf-logreg``: benchmarks/accuracy.py's TF-IDF + logistic-regression peer;
+* ``minilm-logreg``: the same logistic regression (C=10) on the embeddings alone;
+* ``taas+minilm_W``: an ensemble, taas's probabilities and minilm-logreg's averaged with weight
   W on the encoder's (W = 0.3, 0.5);
-* ``tfidf+minilm_lr``: that logistic regression on the peer's TF-IDF features with the
+* ``tfidf+minilm-logreg``: that logistic regression on the peer's TF-IDF features with the
   embedding appended (the encoder as extra features).
 
 Prints validation_sweep.py's summary row per dataset and system (pooled accuracy, correct
@@ -100,15 +100,15 @@ def compare(
         train_data, validation = subset(data, train_rows), subset(data, validation_rows)
         taas = _aligned(*taas_probabilities(DEFAULT_HPARAMS, train_data, validation), universe)
         # the peer's TF-IDF features fitted once, and its classifier fitted on each feature set
-        features, linear = (step for _, step in tfidf_pipeline("tfidf_lr").steps)
+        features, linear = (step for _, step in tfidf_pipeline("tfidf-logreg").steps)
         tfidf_train = features.fit_transform(train_data.texts)
         tfidf_validation = features.transform(validation.texts)
         systems: dict[str, np.ndarray] = {"taas": taas}
         for name, train, held_out in (
-            ("tfidf_lr", tfidf_train, tfidf_validation),
-            ("minilm_lr", embeddings[train_rows], embeddings[validation_rows]),
+            ("tfidf-logreg", tfidf_train, tfidf_validation),
+            ("minilm-logreg", embeddings[train_rows], embeddings[validation_rows]),
             (
-                "tfidf+minilm_lr",
+                "tfidf+minilm-logreg",
                 sp.hstack([tfidf_train, embeddings[train_rows]]).tocsr(),
                 sp.hstack([tfidf_validation, embeddings[validation_rows]]).tocsr(),
             ),
@@ -116,7 +116,7 @@ def compare(
             model = clone(linear).fit(train, train_data.labels)
             systems[name] = _aligned(list(model.classes_), model.predict_proba(held_out), universe)
         for weight in ENSEMBLE_WEIGHTS:
-            systems[f"taas+minilm_{weight}"] = (1 - weight) * taas + weight * systems["minilm_lr"]
+            systems[f"taas+minilm_{weight}"] = (1 - weight) * taas + weight * systems["minilm-logreg"]
         for system, probabilities in systems.items():
             runs.setdefault(system, []).append(score(universe, probabilities, validation))
     return summarise(dataset_name(folder), len(data), runs)

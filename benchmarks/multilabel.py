@@ -9,7 +9,7 @@ read as multi-label examples: the rows of one text are one example with all thei
 * ``taas``: trainer.train(multi_label=True) with DEFAULT_HPARAMS and K learners (default 0:
   one per core, as the CLI), its labels those LoadedModel.labels_of gives (the saved
   threshold, at least the top class).
-* ``tfidf_svm_ovr``: benchmarks/accuracy.py's TF-IDF features (word 1-2 + char_wb 2-5 grams,
+* ``tfidf-svm-ovr``: benchmarks/accuracy.py's TF-IDF features (word 1-2 + char_wb 2-5 grams,
   sublinear TF) into one LinearSVC(C=1) per class (one-vs-rest), each deciding at 0.
 
 Both are scored by trainer.evaluate.multilabel_report on test.csv. One JSON line per system
@@ -75,14 +75,14 @@ def run_taas(dataset: str, rows: LabelledData, test: MultiLabelData, learners: i
 
 def run_svm(dataset: str, examples: MultiLabelData, test: MultiLabelData) -> dict[str, object]:
     """The TF-IDF peer of benchmarks/accuracy.py, its LinearSVC made one-vs-rest."""
-    single = tfidf_pipeline("tfidf_svm")
+    single = tfidf_pipeline("tfidf-svm")
     pipeline = make_pipeline(single[0], OneVsRestClassifier(single[-1]))
     binarizer = MultiLabelBinarizer(classes=examples.classes)
     started = time.perf_counter()
     pipeline.fit(examples.texts, binarizer.fit_transform(examples.label_sets))
     train_s = time.perf_counter() - started
     predicted = binarizer.inverse_transform(pipeline.predict(test.texts))
-    return _row(dataset, "tfidf_svm_ovr", test, predicted, train_s, len(pickle.dumps(pipeline)))
+    return _row(dataset, "tfidf-svm-ovr", test, predicted, train_s, len(pickle.dumps(pipeline)))
 
 
 def benchmark(folder: Path, learners: int) -> Iterator[dict[str, object]]:

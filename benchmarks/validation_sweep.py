@@ -9,7 +9,7 @@ each of the first ``--per-repeat`` folds in turn is the validation set and the o
 the training data. On every such split, side by side: ``taas`` (trainer.train, K = 1, with
 DEFAULT_HPARAMS and the ``--set`` overrides), each ``--variant`` (the same plus its own
 HParams overrides, e.g. ``--variant updates6k:min_updates=6000``) and
-benchmarks/accuracy.py's ``tfidf_lr`` and ``tfidf_svm``. ``--set cross_fit_folds=0`` skips
+benchmarks/accuracy.py's ``tfidf-logreg`` and ``tfidf-svm``. ``--set cross_fit_folds=0`` skips
 cross-fitting (six times cheaper on small data; predictions are the same, but the
 temperature stays 1, so ECE is then uncalibrated).
 
@@ -39,7 +39,7 @@ from trainer.evaluate import expected_calibration_error
 sys.path.insert(0, str(Path(__file__).parent))
 from accuracy import dataset_name, tfidf_pipeline  # noqa: E402  (the sibling benchmark script)
 
-PEERS = ("tfidf_lr", "tfidf_svm")
+PEERS = ("tfidf-logreg", "tfidf-svm")
 Score = tuple[np.ndarray, np.ndarray | None]  # correct per validation row, top-1 confidence
 
 
@@ -78,7 +78,7 @@ def _taas(hparams: HParams, train_data: LabelledData, validation: LabelledData) 
 def _peer(system: str, train_data: LabelledData, validation: LabelledData) -> Score:
     pipeline = tfidf_pipeline(system).fit(train_data.texts, train_data.labels)
     predicted = np.asarray(pipeline.predict(validation.texts))
-    confidence = pipeline.predict_proba(validation.texts).max(axis=1) if system == "tfidf_lr" else None
+    confidence = pipeline.predict_proba(validation.texts).max(axis=1) if system == "tfidf-logreg" else None
     return predicted == np.asarray(validation.labels), confidence
 
 

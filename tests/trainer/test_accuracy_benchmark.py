@@ -1,0 +1,48 @@
+"""benchmarks/accuracy.py's ``--json`` contract (issue 8, deliverable 4), run as a user runs it: one
+line per dataset and system, the system names and fields the issue names, the dataset named
+after its folder, and every peer paired with taas on the same test rows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from synthetic import synthetic_data, write_csv
+
+ROOT = Path(__file__).resolve().parents[2]
+ISSUE_FIELDS = {"dataset", "system", "accuracy", "macro_f1", "ece", "train_s", "model_bytes"}
+
+
+def test_json_lines_name_each_system_and_pair_the_peers_with_taas(tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-intents"
+    folder.mkdir()
+    write_csv(folder / "train.csv", synthetic_data(12, seed=1))
+    test = synthetic_data(4, seed=2)
+    write_csv(folder / "test.csv", test)
+
+    ran = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "accuracy.py"), str(folder), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+
+    rows = {row["system"]: row for row in map(json.loads, ran.stdout.splitlines())}
+    assert set(rows) == {"taas", "fasttext", "tfidf-logreg", "tfidf-svm"}
+    for system, row in rows.items():
+        assert ISSUE_FIELDS <= set(row), system
+        assert row["dataset"] == "tiny-intents"
+        assert row["correct"] == round(row["accuracy"] * len(test.texts))
+        assert row["model_bytes"] > 0 and row["train_s"] >= 0
+    assert rows["tfidf-svm"]["ece"] is None  # the SVM gives no probabilities
+    assert all(0 <= rows[s]["ece"] <= 1 for s in ("taas", "fasttext", "tfidf-logreg"))
+    assert "vs_taas" not in rows["taas"]
+    for system in ("fasttext", "tfidf-logreg", "tfidf-svm"):
+        pairing = rows[system]["vs_taas"]
+        # the rows only one of the two gets right differ by as much as their correct counts
+        lead = rows["taas"]["correct"] - rows[system]["correct"]
+        assert pairing["taas_only"] - pairing["peer_only"] == lead
+        assert 0 <= pairing["mcnemar_p"] <= 1

@@ -13,11 +13,12 @@ validation folds (benchmarks/validation_sweep.py) then chose one change: halving
 learning rate after each epoch that does not improve the validation score (4 paired wins,
 1 loss on the 13k-row sets; the same Reuters model), and later a second: plain SGD at lr
 1.0 (of 0.1-3.0) instead of Adam at 0.003 (44 paired wins, 28 losses over the five sets,
-none lost on the tiny ones, a point of validation micro-F1 on Reuters). docs/model.md has the tables, with
-what lost: weight decay, a refit on every row, a linear decay over a short plan (better on
-the intent sets, 2.4 points worse on Reuters' validation split), label smoothing, n-gram
-dropout, iterate averaging, seed ensembles, a non-linear hidden layer, and a frozen sentence
-encoder as extra features or in an ensemble (benchmarks/encoder_sweep.py).
+none lost on the tiny ones, a point of validation micro-F1 on Reuters). docs/model.md has
+the tables, with what lost: weight decay (under Adam and under SGD), a refit on every row, a
+linear decay over a short plan (better on the intent sets, 2.4 points worse on Reuters'
+validation split), label smoothing, n-gram dropout, iterate averaging, seed ensembles, a
+non-linear hidden layer, and a frozen sentence encoder as extra features or in an ensemble
+(benchmarks/encoder_sweep.py).
 """
 
 from __future__ import annotations

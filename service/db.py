@@ -31,6 +31,23 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+def hold_write_lock(session: Session) -> None:
+    """On SQLite, make the session's transaction hold the database's write lock from now until
+    it ends; elsewhere do nothing.
+
+    SQLite has no row locks (it ignores ``SELECT ... FOR UPDATE``), so a check that its own
+    transaction then acts on (a quota, a version's status) is serialised with other writers by
+    taking the one write lock before the check: ``BEGIN IMMEDIATE`` (waiting up to the busy
+    timeout) when no transaction is open yet. The driver opens one only before its first
+    write, which took the lock already. On PostgreSQL the callers lock the rows they read.
+    """
+    if session.get_bind().dialect.name != "sqlite":
+        return
+    driver = session.connection().connection.driver_connection
+    if driver is not None and not driver.in_transaction:
+        driver.execute("BEGIN IMMEDIATE")
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")

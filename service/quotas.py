@@ -14,9 +14,9 @@ quota              counts                                       checked when
 =================  ===========================================  ===========================
 
 A check runs inside the transaction that adds the rows, after locking the tenant's row
-(``SELECT … FOR NO KEY UPDATE``), so on PostgreSQL two concurrent creates of one tenant are
-serialised and cannot both slip under a limit. SQLite has one writer at a time, but the read
-is not locked: concurrent creates there may overshoot by the number in flight.
+(``SELECT … FOR NO KEY UPDATE``; on SQLite, which has no row locks, by taking the database's
+write lock first: ``service.db.hold_write_lock``), so two concurrent creates of one tenant are
+serialised and cannot both slip under a limit.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.db import hold_write_lock
 from service.errors import BadRequest, QuotaExceeded
 from service.models import Classifier, ClassifierVersion, Dataset, JobState, Tenant, TenantQuota, TrainingJob
 from service.settings import Settings
@@ -173,7 +174,9 @@ def check_can_store_dataset(
 
 def _locked(session: Session, settings: Settings, tenant_id: str) -> tuple[Quotas, Usage]:
     # FOR NO KEY UPDATE serialises quota checks of one tenant on PostgreSQL without blocking
-    # other inserts that merely reference the tenant (those take KEY SHARE); SQLite ignores it.
+    # other inserts that merely reference the tenant (those take KEY SHARE); SQLite ignores it
+    # and is serialised by its one write lock instead.
+    hold_write_lock(session)
     session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True))
     return quotas_for(session, settings, tenant_id), usage(session, tenant_id)
 

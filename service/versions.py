@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from service import jobs, status_events, version_view, webhooks
 from service.datasets import StagedDataset, add_dataset, commit_files
+from service.db import hold_write_lock
 from service.errors import Conflict, NotFound
 from service.models import (
     Classifier,
@@ -317,8 +318,9 @@ def owned_datasets(session: Session, classifier_id: str) -> list[Dataset]:
 
 
 def _lock(session: Session, classifier_id: str) -> None:
-    """Lock the classifier row for the rest of the transaction (a no-op on SQLite); NotFound when
-    it was deleted meanwhile."""
+    """Lock the classifier row for the rest of the transaction (on SQLite, the database's write
+    lock); NotFound when it was deleted meanwhile."""
+    hold_write_lock(session)
     found = session.scalar(select(Classifier.id).where(Classifier.id == classifier_id).with_for_update())
     if found is None:
         session.rollback()

@@ -222,15 +222,13 @@ def test_limiter_lets_calls_through_when_redis_is_unreachable_and_stops_asking()
         limiter.close()
 
 
-def test_concurrent_creates_cannot_slip_under_the_quota_on_postgresql(
+def test_concurrent_creates_cannot_slip_under_the_quota(
     client: TestClient,
     tenant: Any,
     admin_headers: dict[str, str],
     create_classifier: Callable[..., httpx.Response],
     settings: Settings,
 ) -> None:
-    if settings.resolved_database_url().startswith("sqlite"):
-        pytest.skip("SQLite does not lock the tenant row: concurrent creates may overshoot (documented)")
     _quotas(client, admin_headers, tenant.id, classifiers=3)
     statuses: list[int] = []
 

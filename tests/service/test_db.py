@@ -1,0 +1,54 @@
+"""service.db.hold_write_lock: on SQLite, which ignores SELECT ... FOR UPDATE, a transaction that
+checks and then acts (a quota, a version's status) holds the database's write lock from the
+check to its end, so no other writer comes between."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from service.db import hold_write_lock, make_engine, session_factory
+from service.settings import Settings
+
+
+def test_a_second_sqlite_writer_waits_until_the_holder_ends(tmp_path: Path) -> None:
+    engine = make_engine(Settings(database_url=f"sqlite:///{tmp_path / 'lock.db'}", data_dir=tmp_path))
+    sessions = session_factory(engine)
+    with sessions() as setup:
+        setup.execute(text("CREATE TABLE counter (n INTEGER)"))
+        setup.execute(text("INSERT INTO counter VALUES (0)"))
+        setup.commit()
+
+    holder = sessions()
+    hold_write_lock(holder)
+    assert holder.execute(text("SELECT n FROM counter")).scalar_one() == 0  # the check
+
+    # a plain connection that does not wait: the lock is taken now, not at the holder's first write
+    other = sqlite3.connect(tmp_path / "lock.db", timeout=0)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        other.execute("BEGIN IMMEDIATE")
+    other.close()
+
+    order: list[str] = []
+
+    def second_checker() -> None:
+        with sessions() as session:
+            hold_write_lock(session)  # waits (busy timeout) for the holder's commit
+            order.append(f"second saw {session.execute(text('SELECT n FROM counter')).scalar_one()}")
+            session.commit()
+
+    waiting = threading.Thread(target=second_checker)
+    waiting.start()
+    time.sleep(0.3)
+    holder.execute(text("UPDATE counter SET n = 1"))  # acting on the check
+    order.append("holder committed")
+    holder.commit()
+    holder.close()
+    waiting.join(10)
+
+    assert order == ["holder committed", "second saw 1"]

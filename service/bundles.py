@@ -17,8 +17,8 @@ from typing import IO
 
 from sqlalchemy.orm import Session
 
-from service import datasets, jobs, quotas, status_events
-from service.classifiers import check_language
+from service import jobs, quotas, status_events
+from service.classifiers import check_language, check_nlc_name
 from service.errors import BadRequest, Conflict
 from service.models import Classifier, ClassifierMode, ClassifierStatus, ClassifierVersion, TrainedModel
 from service.settings import Settings
@@ -73,8 +73,8 @@ def import_bundle(
         about = extracted.about
         classifier = Classifier(
             tenant_id=tenant_id,
-            name=datasets.check_name(
-                about.get("name") if name is None else name, "name", settings.max_name_chars
+            name=check_nlc_name(
+                about.get("name", "") if name is None else name, "name", settings.max_name_chars
             ),
             language=check_language(about.get("language", "en") if language is None else language),
             status=ClassifierStatus.AVAILABLE.value,

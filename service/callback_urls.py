@@ -43,6 +43,8 @@ def check_callback_url(url: str, *, allow_private: bool) -> Destination:
     """
     if len(url) > MAX_URL_CHARS:
         raise UnsafeCallback(f"must be at most {MAX_URL_CHARS} characters")
+    if any(ch.isspace() or not ch.isprintable() for ch in url):  # a NUL would cut the host short
+        raise UnsafeCallback("must not contain spaces or control characters")
     try:
         parts = urlsplit(url)
         port = parts.port if parts.port is not None else 443 if parts.scheme == "https" else 80

@@ -17,6 +17,7 @@ from service.models import Classifier, ClassifierMode, ClassifierStatus, Dataset
 from service.queue import enqueue_training
 from service.settings import Settings
 from service.store import ArtifactStore
+from service.training_data import unprintable
 
 log = logging.getLogger(__name__)
 # The codes Watson NLC accepted, exactly as its API reference spelled them (lower case).
@@ -28,6 +29,17 @@ def check_language(language: object) -> str:
     if not isinstance(language, str) or language not in _LANGUAGES:
         raise BadRequest("language", f"must be one of NLC's language codes: {', '.join(_LANGUAGES)}")
     return language
+
+
+def check_nlc_name(name: object, field: str, max_chars: int) -> str:
+    """NLC's rule for a classifier's name: optional (so it may be empty), a printable string of
+    at most ``max_chars``; BadRequest otherwise. An imported bundle's name follows it too, so
+    every classifier can be exported and imported back."""
+    if not isinstance(name, str) or len(name) > max_chars:
+        raise BadRequest(field, f"must be a string of at most {max_chars} characters")
+    if problem := unprintable(name):
+        raise BadRequest(field, problem)
+    return name
 
 
 def create_classifier(

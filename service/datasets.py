@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
+from service.db import hold_write_lock
 from service.errors import BadRequest, Conflict, NotFound
-from service.models import Classifier, Dataset, DatasetOrigin, JobState, TrainingJob
+from service.models import ClassifierVersion, Dataset, DatasetOrigin, JobState, TrainingJob
 from service.store import ArtifactStore
 from service.tenancy import well_formed_id
 from service.training_data import InputFormat, Limits, Summary, convert, unprintable
@@ -121,6 +122,9 @@ def list_datasets(session: Session, tenant_id: str) -> list[Dataset]:
     )
 
 
+_MAY_TRAIN = (JobState.QUEUED.value, JobState.TRAINING.value, JobState.CANCELLED.value)
+
+
 def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
     """The tenant's dataset; NotFound if unknown or another tenant's."""
     if not well_formed_id(dataset_id):
@@ -132,18 +136,29 @@ def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
 
 
 def delete_dataset(session: Session, store: ArtifactStore, dataset: Dataset) -> None:
-    """Delete a dataset row and file; Conflict while a classifier is still training on it."""
+    """Delete a dataset row and file; Conflict while a version of a classifier may still train
+    on it: its job queued, training, or cancelled (which the tenant may resume)."""
+    hold_write_lock(session)
+    session.execute(select(Dataset.id).where(Dataset.id == dataset.id).with_for_update())
     in_use = session.scalar(
-        select(TrainingJob.id)
-        .join(Classifier, Classifier.id == TrainingJob.classifier_id)
-        .where(
-            Classifier.dataset_id == dataset.id,
-            TrainingJob.state.in_([JobState.QUEUED.value, JobState.TRAINING.value]),
+        select(ClassifierVersion.classifier_id)
+        .join(
+            TrainingJob,
+            and_(
+                TrainingJob.classifier_id == ClassifierVersion.classifier_id,
+                TrainingJob.version == ClassifierVersion.number,
+            ),
         )
+        .where(ClassifierVersion.dataset_id == dataset.id, TrainingJob.state.in_(_MAY_TRAIN))
         .limit(1)
     )
     if in_use is not None:
-        raise Conflict(f"dataset '{dataset.id}' is in use by a classifier that is still training")
+        problem = (
+            f"dataset '{dataset.id}' is in use by classifier '{in_use}', whose training is queued, "
+            "running or cancelled (and may be resumed); delete that version or classifier first"
+        )
+        session.rollback()  # the locks go now, not when the request ends
+        raise Conflict(problem)
     path = store.resolve(dataset.path)
     session.delete(dataset)
     session.commit()

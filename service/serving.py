@@ -215,9 +215,10 @@ def classified(model: LoadedModel, scores: list[Scores]) -> Classified:
     return Classified(scores, [model.labels_of(text_scores) for text_scores in scores])
 
 
-def check_texts(texts: Sequence[str], *, field: str, max_chars: int) -> list[str]:
-    """NLC's classify input rules: each text non-empty and at most ``max_chars``; BadRequest."""
-    for text in texts:
+def check_texts(texts: Sequence[str], *, fields: Sequence[str], max_chars: int) -> list[str]:
+    """NLC's classify input rules: each text non-empty and at most ``max_chars``; BadRequest
+    naming the text's field (``fields``, one per text)."""
+    for text, field in zip(texts, fields, strict=True):
         if not text.strip():
             raise BadRequest(field, "text must not be empty")
         if has_surrogates(text):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import re
 import unicodedata
@@ -110,10 +111,15 @@ def _nlc_records(lines: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]:
 
 
 def _labelled_records(stream: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]:
+    # the format is told by the first line that is not blank (blank ones still count as rows)
     lines = iter(stream)
-    first = next(lines, "")
-    rest = _chain(first, lines)
-    if first.lstrip().startswith("{"):
+    leading: list[str] = []
+    for line in lines:
+        leading.append(line)
+        if line.strip():
+            break
+    rest = itertools.chain(leading, lines)
+    if leading and leading[-1].lstrip().startswith("{"):
         yield from _jsonl_records(rest)
     else:
         yield from _header_csv_records(rest)
@@ -208,12 +214,6 @@ def _check_label(row: int, label: str, limits: Limits) -> str:
             row, f"class has {len(label)} characters; the limit is {limits.max_class_chars} (max_class_chars)"
         )
     return label
-
-
-def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
-    if first:
-        yield first
-    yield from rest
 
 
 def _sha256(path: Path) -> str:

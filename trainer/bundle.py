@@ -91,7 +91,8 @@ def extract_bundle(source: Path, dest: Path, *, max_bytes: int = DEFAULT_MAX_BYT
     except TrainerError as exc:
         for name in MODEL_FILES:
             (dest / name).unlink(missing_ok=True)
-        raise BundleInvalid(f"{META_FILE} is not a taas model: {exc}") from exc
+        reason = str(exc).removeprefix(f"{dest}: ")  # the staging folder means nothing to the sender
+        raise BundleInvalid(f"{META_FILE} is not a taas model: {reason}") from exc
 
 
 def _read_members(source: Path, max_bytes: int) -> dict[str, bytes]:

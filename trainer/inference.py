@@ -88,6 +88,8 @@ def read_metadata(model_dir: Path) -> dict[str, Any]:
         raise CheckpointCorrupt(f"{model_dir}: no readable {META_FILE}: {exc}") from exc
     if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, MULTI_LABEL_FORMAT):
         raise CheckpointCorrupt(f"{model_dir}: {META_FILE} is not a {FORMAT} or {MULTI_LABEL_FORMAT} model")
+    if not isinstance(meta.get("metrics", {}), dict | None):
+        raise CheckpointCorrupt(f"{model_dir}: {META_FILE} has metrics that are not a JSON object")
     return meta
 
 

@@ -21,9 +21,13 @@ log = logging.getLogger(__name__)
 WWW_AUTHENTICATE = 'Basic realm="taas", Bearer realm="taas"'
 
 
-def nlc_error(status: int, description: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The NLC v1 error response for ``status``."""
-    body = {"code": status, "error": HTTPStatus(status).phrase, "description": description}
+def nlc_error(
+    status: int, description: str, headers: dict[str, str] | None = None, title: str | None = None
+) -> JSONResponse:
+    """The NLC v1 error response for ``status``. A description that echoes the request may hold
+    what UTF-8 cannot encode (a lone surrogate from a JSON escape): it is shown escaped."""
+    description = description.encode("utf-8", "backslashreplace").decode("utf-8")
+    body = {"code": status, "error": title or HTTPStatus(status).phrase, "description": description}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -43,8 +47,7 @@ async def _taas_error(_request: Request, exc: TaasError) -> JSONResponse:
         headers = {"WWW-Authenticate": WWW_AUTHENTICATE}
     elif isinstance(exc, RateLimited):
         headers = {"Retry-After": str(exc.retry_after)}
-    body = {"code": exc.status, "error": exc.title, "description": str(exc)}
-    return JSONResponse(body, status_code=exc.status, headers=headers)
+    return nlc_error(exc.status, str(exc), headers, exc.title)
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -53,6 +56,8 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
         return await _taas_error(request, exc.__cause__)
     if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
         return nlc_error(400, "body: JSON nested too deeply")
+    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+        return nlc_error(400, f"body: not UTF-8 at byte offset {exc.__cause__.start}")
     if exc.status_code == 404:
         description = f"no route for {request.method} {request.url.path}"
     elif exc.status_code == 405:
@@ -66,6 +71,10 @@ async def _validation_error(_request: Request, exc: RequestValidationError | Val
     # NLC answered 400 for a malformed request; the description names each field and rule.
     problems = []
     for error in exc.errors():
+        if error.get("type") == "json_invalid":  # its loc is ("body", character offset)
+            reason = error.get("ctx", {}).get("error", "")
+            problems.append(f"body: not valid JSON at offset {error['loc'][-1]}: {reason}".rstrip(": "))
+            continue
         where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
         problems.append(f"{where}: {error.get('msg', 'invalid')}")
     return nlc_error(400, "; ".join(problems) or "invalid request")

@@ -22,7 +22,7 @@ from service.errors import BadRequest
 from service.models import Classifier, ClassifierMode, ClassifierVersion, Dataset, Promote, utcnow
 from service.settings import Settings
 from service.store import ArtifactStore
-from service.training_data import Limits, unprintable
+from service.training_data import Limits
 
 _Choice = TypeVar("_Choice", bound=StrEnum)
 TRAINING_DATA = "training_data"
@@ -38,13 +38,9 @@ def classifier_from_upload(
     CSV."""
     try:
         metadata = _metadata(upload.fields.get(TRAINING_METADATA))
-        name = metadata.get("name", "")
-        if not isinstance(name, str) or len(name) > settings.max_name_chars:
-            raise BadRequest(
-                "training_metadata.name", f"must be a string of at most {settings.max_name_chars} characters"
-            )
-        if problem := unprintable(name):
-            raise BadRequest("training_metadata.name", problem)
+        name = classifiers.check_nlc_name(
+            metadata.get("name", ""), "training_metadata.name", settings.max_name_chars
+        )
         language = classifiers.check_language(metadata.get("language"))
         callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
         promote = _choice(Promote, metadata.get("promote", Promote.AUTO.value), "training_metadata.promote")

@@ -457,9 +457,10 @@ class QuotaUsage(BaseModel):
 
 class QuotaOverrides(BaseModel):
     """``PATCH /v1/admin/tenants/{id}/quotas``: the quotas named are set (an integer) or reset to
-    the installation default (``null``); those left out keep their current value."""
+    the installation default (``null``); those left out keep their current value. Strict: a
+    boolean or a numeric string is refused, not read as a number."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     classifiers: int | None = Field(None, ge=0, le=_INT32_MAX)
     versions: int | None = Field(None, ge=0, le=_INT32_MAX)

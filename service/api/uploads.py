@@ -132,6 +132,8 @@ async def _read_multipart(
         part.header_value.clear()
 
     def on_headers_finished() -> None:
+        if part.name in upload.files or part.name in upload.fields:
+            raise BadRequest("body", f"multipart part '{part.name}' appears twice; send each part once")
         if part.name in spool:
             path = upload.files[part.name] = store.temp_path()
             part.sink = open(path, "wb")  # noqa: SIM115 - closed in on_part_end or below

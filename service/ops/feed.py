@@ -43,7 +43,7 @@ def jobs(
     state: str | None = None,
     since: str | None = None,
     until: str | None = None,
-    page: int = Query(1, ge=1),
+    page: int = Query(1, ge=1, le=2_147_483_647),
 ) -> dict[str, Any]:
     where = views.JobFilter(
         tenant or None, state or None, _moment("since", since), _moment("until", until), page
@@ -93,6 +93,7 @@ def _moment(field: str, value: str | None) -> datetime | None:
         return None
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise BadRequest(field, "must be an ISO 8601 date or time") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        # compared in UTC, the database's time: an offset that moves it out of range is refused
+        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise BadRequest(field, "must be an ISO 8601 date or time between the years 1 and 9999") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -54,10 +55,18 @@ def test_overview_counts_queued_jobs_and_lists_them_in_the_job_list(
     assert none["total"] == 0
 
 
-def test_a_bad_time_filter_is_a_400_naming_it(ops_client: TestClient) -> None:
-    reply = ops_client.get("/ops/api/jobs", params={"since": "yesterday"})
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"since": "yesterday"}, "since:"),
+        ({"until": "0001-01-01T00:00:00+14:00"}, "until:"),  # before the year 1 in UTC
+        ({"page": 4 * 10**17}, "query.page:"),
+    ],
+)
+def test_a_bad_filter_is_a_400_naming_it(ops_client: TestClient, params: dict[str, Any], field: str) -> None:
+    reply = ops_client.get("/ops/api/jobs", params=params)
 
-    assert reply.status_code == 400 and reply.json()["description"].startswith("since:")
+    assert reply.status_code == 400 and reply.json()["description"].startswith(field)
 
 
 def test_unknown_job_is_404(ops_client: TestClient) -> None:

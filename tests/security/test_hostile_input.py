@@ -269,6 +269,66 @@ def test_json_bodies_that_are_not_utf8_are_400(client: TestClient, tenant: Any, 
 
     for reply in (classify, create, metadata):
         assert reply.status_code == 400 and reply.json()["code"] == 400, reply.text
+    _nlc_error(classify, 400, "body: not UTF-8 at byte offset 13")
+
+
+def test_malformed_json_is_400_saying_where(client: TestClient, tenant: Any, available_id: str) -> None:
+    classify = client.post(
+        f"/v1/classifiers/{available_id}/classify",
+        content='{"text": "a",}',
+        headers={**tenant.headers, "Content-Type": "application/json"},
+    )
+    admin = client.post(
+        "/v1/admin/tenants",
+        content="{",
+        headers={"Authorization": f"Bearer {ADMIN_KEY}", "Content-Type": "application/json"},
+    )
+
+    _nlc_error(classify, 400, "body: not valid JSON at offset 13: ")
+    _nlc_error(admin, 400, "body: not valid JSON at offset 1: ")
+
+
+def test_an_echoed_lone_surrogate_is_shown_escaped_not_a_500(
+    client: TestClient, tenant: Any, available_id: str
+) -> None:
+    json_headers = {**tenant.headers, "Content-Type": "application/json"}
+
+    create = client.post(
+        "/v1/classifiers", content='{"name": "x", "dataset_id": "\\ud800"}', headers=json_headers
+    )
+    version = client.post(
+        f"/v1/classifiers/{available_id}/versions", content='{"dataset_id": "\\udfff"}', headers=json_headers
+    )
+
+    _nlc_error(create, 404, "dataset '\\ud800' not found")
+    _nlc_error(version, 404, "dataset '\\udfff' not found")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://1.1.1.1\x00/", "https://example.com/a b", "http://exa\tmple.com/"],
+    ids=["nul", "space", "tab"],
+)
+def test_callback_urls_with_spaces_or_control_characters_are_400(
+    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None], url: str
+) -> None:
+    reply = _create(client, tenant, metadata={"language": "en", "name": "x", "callback_url": url})
+
+    _nlc_error(reply, 400, "training_metadata.callback_url: must not contain spaces or control characters")
+    nothing_kept(tenant.id)
+
+
+@pytest.mark.parametrize("route", ["/v1/classifiers", "/v1/datasets"])
+def test_a_part_sent_twice_is_400_and_leaves_no_spooled_copy(
+    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None], route: str
+) -> None:
+    metadata = ("training_metadata", (None, '{"language": "en", "name": "x"}', "application/json"))
+    data = [("training_data", (f"{i}.csv", NLC_CSV, "text/csv")) for i in range(2)]
+
+    reply = client.post(route, files=[metadata, *data], headers=tenant.headers)
+
+    _nlc_error(reply, 400, "multipart part 'training_data' appears twice")
+    nothing_kept(tenant.id)
 
 
 # --- what the data says ----------------------------------------------------------------------

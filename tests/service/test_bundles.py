@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import tarfile
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,8 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.settings import Settings
 from service.store import ArtifactStore
+from trainer.bundle import write_bundle
+from trainer.inference import META_FILE
 
 TEXTS = ["is it going to rain", "how warm is it tomorrow", "snow?"]
 
@@ -86,10 +91,24 @@ def _tampered(bundle: bytes) -> bytes:
     return out.getvalue()
 
 
+def _rebundled(bundle: bytes, *, about: dict[str, Any] | None = None, **meta: Any) -> bytes:
+    """The bundle's model with ``meta`` set in its model.json, bundled again (a consistent
+    manifest) with ``about``, as another installation could have written it."""
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
+        for member in tar:
+            (Path(tmp) / member.name).write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
+        model_json = Path(tmp) / META_FILE
+        model_json.write_text(json.dumps({**json.loads(model_json.read_text()), **meta}))
+        out = io.BytesIO()
+        write_bundle(Path(tmp), out, about=about if about is not None else {"name": "w", "language": "en"})
+    return out.getvalue()
+
+
 @pytest.mark.parametrize(
     ("spoil", "problem"),
     [
         (_tampered, "weights.pt does not match its SHA-256"),
+        (lambda b: _rebundled(b, metrics=[1, 2]), "model.json has metrics that are not a JSON object"),
         (lambda b: b[: len(b) // 2], "not a complete taas bundle"),
         (lambda b: b"not a bundle at all", "not a complete taas bundle"),
     ],
@@ -125,10 +144,22 @@ def test_an_import_needs_a_bundle_a_good_name_and_a_free_classifier_quota(
     empty = client.post("/v1/classifiers/import", files={"x": ("x", b"1")}, headers=other.headers)
     assert empty.status_code == 400 and "no bundle" in empty.json()["description"]
     assert _import(client, other, bundle, language="xx").status_code == 400
-    assert _import(client, other, bundle, name=" ").status_code == 400
+    assert _import(client, other, bundle, name="tab\there").status_code == 400
     client.patch(f"/v1/admin/tenants/{other.id}/quotas", json={"classifiers": 0}, headers=admin_headers)
     refused = _import(client, other, bundle)
     assert refused.status_code == 403 and "classifiers" in refused.json()["description"]
+
+
+def test_an_unnamed_classifier_exports_and_imports_back(
+    client: TestClient, tenant: Any, tenant_factory: Callable[..., Any], available: str
+) -> None:
+    # NLC's name is optional, so an exporting installation may have none to write
+    unnamed = _rebundled(_export(client, available, tenant), about={"name": "", "language": "en"})
+
+    imported = _import(client, tenant_factory(), unnamed)
+
+    assert imported.status_code == 201, imported.text
+    assert imported.json()["name"] == ""
 
 
 def test_a_bundle_over_the_upload_limit_is_413(

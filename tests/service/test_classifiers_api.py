@@ -173,3 +173,40 @@ def test_create_from_stored_dataset_trains_on_it(client: TestClient, tenant: Any
 
     assert reply.status_code == 200 and reply.json()["status"] == "Training"
     assert client.get(f"/v1/datasets/{did}", headers=tenant.headers).json()["rows"] == 3
+
+
+def test_a_dataset_is_kept_while_a_version_may_still_train_on_it(
+    client: TestClient, tenant: Any, available: str
+) -> None:
+    def upload() -> str:
+        reply = client.post(
+            "/v1/datasets?name=d",
+            content=b"text,label\nhot,t\ncold,t\nrain,c\n",
+            headers={**tenant.headers, "content-type": "text/csv"},
+        )
+        return str(reply.json()["dataset_id"])
+
+    def delete(dataset_id: str) -> Any:
+        return client.delete(f"/v1/datasets/{dataset_id}", headers=tenant.headers)
+
+    # version 2 of a classifier whose serving version 1 trained on other data
+    retrain = upload()
+    queued = client.post(
+        f"/v1/classifiers/{available}/versions", json={"dataset_id": retrain}, headers=tenant.headers
+    )
+    assert queued.status_code == 201, queued.text
+    refused = delete(retrain)
+    assert refused.status_code == 409
+    assert f"in use by classifier '{available}'" in refused.json()["description"]
+
+    # a cancelled training may be resumed, so its data stays too
+    first = upload()
+    cid = client.post(
+        "/v1/classifiers", json={"name": "c", "language": "en", "dataset_id": first}, headers=tenant.headers
+    ).json()["classifier_id"]
+    assert client.post(f"/v1/classifiers/{cid}/cancel", headers=tenant.headers).status_code == 200
+    assert delete(first).status_code == 409
+
+    assert client.delete(f"/v1/classifiers/{cid}", headers=tenant.headers).status_code == 200
+    assert delete(first).status_code == 200
+    assert client.get(f"/v1/datasets/{first}", headers=tenant.headers).status_code == 404

@@ -62,6 +62,8 @@ def test_defaults_come_from_settings_and_overrides_replace_them(
         ({"classifiers": -1}, "classifiers"),
         ({"gpus": 4}, "gpus"),
         ({"dataset_rows": "many"}, "dataset_rows"),
+        ({"dataset_rows": "5"}, "dataset_rows"),  # strict: a numeric string is no number
+        ({"classifiers": True}, "classifiers"),
         ({"classify_rps": 2**31}, "classify_rps"),
         ({"dataset_bytes": 2**60}, "dataset_bytes"),
     ],

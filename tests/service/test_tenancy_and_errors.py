@@ -146,8 +146,8 @@ def test_unexpected_exception_is_500_nlc_body(settings_factory: Callable[..., Se
 @pytest.mark.parametrize(
     ("texts", "fragment"),
     [
-        ([""], "must not be empty"),
-        (["x" * 1025], "the limit is 1024"),
+        (["fine", ""], "collection.1.text: text must not be empty"),
+        (["x" * 1025], "collection.0.text: text has 1025 characters; the limit is 1024"),
         ([f"t{i}" for i in range(31)], "max_collection"),
     ],
 )

@@ -124,8 +124,13 @@ def test_bad_dataset_upload_is_400_and_leaves_nothing(
     nothing_left_behind(tenant.id)
 
 
-def test_jsonl_dataset_is_stored_as_canonical_csv(client: TestClient, tenant: Any, store: Any) -> None:
-    body = b'{"text": "hot", "label": "t"}\n\n{"text": "rain", "label": ["c", "w"]}\n'
+@pytest.mark.parametrize(
+    "leading", [b"", b"\n", b"  \r\n\n"], ids=["first-line", "after-a-blank", "after-blanks"]
+)
+def test_jsonl_dataset_is_stored_as_canonical_csv(
+    client: TestClient, tenant: Any, store: Any, leading: bytes
+) -> None:
+    body = leading + b'{"text": "hot", "label": "t"}\n\n{"text": "rain", "label": ["c", "w"]}\n'
 
     reply = client.post(
         "/v1/datasets?name=j",

@@ -48,12 +48,13 @@ def texts_of(body: ClassifyBody, settings: Settings) -> list[str]:
     """The texts a classify or classify_collection body asks about, checked by NLC's rules
     (BadRequest naming the field)."""
     if isinstance(body, ClassifyInput):
-        return serving.check_texts([body.text], field="text", max_chars=settings.max_text_chars)
+        return serving.check_texts([body.text], fields=["text"], max_chars=settings.max_text_chars)
     limit = settings.max_collection
     if not 1 <= len(body.collection) <= limit:
         raise BadRequest("collection", f"must hold 1 to {limit} texts (max_collection)")
     texts = [item.text for item in body.collection]
-    return serving.check_texts(texts, field="collection", max_chars=settings.max_text_chars)
+    fields = [f"collection.{i}.text" for i in range(len(texts))]
+    return serving.check_texts(texts, fields=fields, max_chars=settings.max_text_chars)
 
 
 def reply_json(

@@ -10,10 +10,10 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from service import jobs, status_events, versions, webhooks
-from service.datasets import StagedDataset
+from service import jobs, quotas, status_events, versions, webhooks
+from service.datasets import StagedDataset, keep_dataset
 from service.errors import BadRequest, Conflict, NotFound
-from service.models import Classifier, ClassifierMode, ClassifierStatus, Dataset, JobEvent, Promote
+from service.models import Classifier, ClassifierMode, ClassifierStatus, Dataset, JobEvent, JobState, Promote
 from service.queue import enqueue_training
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -65,6 +65,7 @@ def create_classifier(
     On any failure before the commit nothing is kept: no rows, no files.
     """
     with versions.undone_on_failure(session, source):
+        keep_dataset(session, source)
         classifier = Classifier(
             tenant_id=tenant_id,
             name=name,
@@ -114,7 +115,12 @@ def delete_classifier(
     """Cancel its jobs (a worker stops at its next fenced write), delete its rows (with its
     versions and the datasets they were created with) and, if the version it showed has a
     callback URL, record the deletion's status event for it; then delete its files and send the
-    event. The classifier's delivered events go with it."""
+    event. The classifier's delivered events go with it. NotFound when a concurrent delete
+    removed it first (that one records the event)."""
+    classifier_id = classifier.id  # read before a rollback expires it
+    if not jobs.lock_classifier(session, classifier_id):
+        session.rollback()
+        raise NotFound("classifier", classifier_id)
     shown = jobs.shown_job(session, classifier)
     jobs.cancel_jobs(session, classifier.id, now=now)
     owned = versions.owned_datasets(session, classifier.id)
@@ -145,20 +151,26 @@ def cancel_training(session: Session, settings: Settings, classifier: Classifier
     checkpoint for :func:`resume_training`. Conflict when it is not queued or training."""
     if not jobs.cancel_job(session, classifier.id, now=now):
         raise Conflict(f"classifier '{classifier.id}' is not training (status {classifier.status})")
-    session.refresh(classifier)
+    jobs.reread(session, classifier)
     webhooks.send_new_events(session, settings, classifier.id)
 
 
 def resume_training(session: Session, settings: Settings, classifier: Classifier, *, now: datetime) -> None:
     """Queue a cancelled training again; the next worker continues from its last checkpoint.
 
-    Conflict when the classifier's training was not cancelled. If the wake-up message cannot
-    be sent, the job stays queued for the reconciler.
+    Conflict when the classifier's training was not cancelled; QuotaExceeded when the tenant
+    has as many jobs queued or training as its training_jobs quota allows. If the wake-up
+    message cannot be sent, the job stays queued for the reconciler.
     """
+    no_resume = Conflict(f"classifier '{classifier.id}' has no cancelled training to resume")
+    latest = jobs.latest_job(session, classifier.id)
+    if latest is None or latest.state != JobState.CANCELLED.value:
+        raise no_resume
+    quotas.check_can_resume(session, settings, classifier.tenant_id)
     job_id = jobs.resume_job(session, classifier.id, now=now)
-    if job_id is None:
-        raise Conflict(f"classifier '{classifier.id}' has no cancelled training to resume")
-    session.refresh(classifier)
+    if job_id is None:  # resumed or deleted meanwhile
+        raise no_resume
+    jobs.reread(session, classifier)
     try:
         enqueue_training(settings, job_id)
     except Exception:

@@ -135,11 +135,32 @@ def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
     return dataset
 
 
+def keep_dataset(session: Session, source: StagedDataset | Dataset) -> None:
+    """Keep a stored dataset that a new version will train on from being deleted until the
+    transaction ends (FOR KEY SHARE, against :func:`delete_dataset`'s FOR UPDATE; on SQLite the
+    write lock); a staged upload is the request's own and needs nothing. NotFound when a
+    delete came first. Taken after the tenant's lock (the quota check) and before the
+    classifier's: the order every transaction keeps."""
+    if isinstance(source, StagedDataset):
+        return
+    dataset_id = source.id  # read before a rollback expires it
+    hold_write_lock(session)
+    kept = session.scalar(
+        select(Dataset.id).where(Dataset.id == dataset_id).with_for_update(read=True, key_share=True)
+    )
+    if kept is None:
+        session.rollback()
+        raise NotFound("dataset", dataset_id)
+
+
 def delete_dataset(session: Session, store: ArtifactStore, dataset: Dataset) -> None:
     """Delete a dataset row and file; Conflict while a version of a classifier may still train
     on it: its job queued, training, or cancelled (which the tenant may resume)."""
+    dataset_id = dataset.id  # read before a rollback expires it
     hold_write_lock(session)
-    session.execute(select(Dataset.id).where(Dataset.id == dataset.id).with_for_update())
+    if session.scalar(select(Dataset.id).where(Dataset.id == dataset_id).with_for_update()) is None:
+        session.rollback()
+        raise NotFound("dataset", dataset_id)  # a concurrent delete came first
     in_use = session.scalar(
         select(ClassifierVersion.classifier_id)
         .join(
@@ -149,12 +170,12 @@ def delete_dataset(session: Session, store: ArtifactStore, dataset: Dataset) -> 
                 TrainingJob.version == ClassifierVersion.number,
             ),
         )
-        .where(ClassifierVersion.dataset_id == dataset.id, TrainingJob.state.in_(_MAY_TRAIN))
+        .where(ClassifierVersion.dataset_id == dataset_id, TrainingJob.state.in_(_MAY_TRAIN))
         .limit(1)
     )
     if in_use is not None:
         problem = (
-            f"dataset '{dataset.id}' is in use by classifier '{in_use}', whose training is queued, "
+            f"dataset '{dataset_id}' is in use by classifier '{in_use}', whose training is queued, "
             "running or cancelled (and may be resumed); delete that version or classifier first"
         )
         session.rollback()  # the locks go now, not when the request ends

@@ -33,9 +33,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Update, and_, func, or_, select, update
+from sqlalchemy.exc import InvalidRequestError
 from sqlalchemy.orm import Session
 
 from service import status_events, version_view
+from service.db import hold_write_lock
+from service.errors import NotFound
 from service.models import (
     Classifier,
     ClassifierMode,
@@ -393,6 +396,7 @@ def requeue_expired(
     detail = f"worker {owner} stopped renewing its lease"
     if failures >= max_attempts:
         reason = LOST_WORKER_REASON.format(n=failures)
+        _lock_classifier_of(session, job_id)
         ended = session.execute(
             _update_job(job_id, *expired).values(
                 state=JobState.FAILED.value,
@@ -490,6 +494,7 @@ def cancel_job(session: Session, classifier_id: str, *, now: datetime) -> bool:
     another version serves). A worker holding the job has
     its next lease renewal refused and stops. False when no job was active.
     """
+    lock_classifier(session, classifier_id)
     cancelled = _cancel_active(session, classifier_id, now=now, detail="cancelled by the tenant")
     if not cancelled:
         session.rollback()
@@ -510,11 +515,13 @@ def resume_job(session: Session, classifier_id: str, *, now: datetime) -> str | 
     """Put the classifier's cancelled job back in the queue (its checkpoint is resumed).
 
     Failures are forgiven (the tenant asked). Returns the job id to send a message for, or
-    None when the latest job is not cancelled.
+    None when the latest job is not cancelled. The caller checked the training_jobs quota in
+    this transaction.
     """
+    lock_classifier(session, classifier_id)
     job = latest_job(session, classifier_id)
-    session.rollback()
     if job is None or job.state != JobState.CANCELLED.value:
+        session.rollback()
         return None
     resumed = session.execute(
         _update_job(job.id, TrainingJob.state == JobState.CANCELLED.value)
@@ -540,13 +547,10 @@ def resume_job(session: Session, classifier_id: str, *, now: datetime) -> str | 
 
 
 def cancel_jobs(session: Session, classifier_id: str, *, now: datetime) -> int:
-    """Cancel the classifier's queued or training jobs (it is being deleted); returns how many.
-
-    A worker holding one finds its next fenced write refused and stops.
-    """
-    cancelled = _cancel_active(session, classifier_id, now=now, detail=None)
-    session.commit()
-    return len(cancelled)
+    """Cancel the classifier's queued or training jobs (it is being deleted; the caller locked it,
+    :func:`lock_classifier`, and commits); returns how many. A worker holding one finds its next
+    fenced write refused and stops."""
+    return len(_cancel_active(session, classifier_id, now=now, detail=None))
 
 
 def cancel_version_jobs(session: Session, classifier_id: str, version: int, *, now: datetime) -> int:
@@ -634,6 +638,40 @@ def shown_job(session: Session, classifier: Classifier) -> TrainingJob | None:
     return version_job(session, classifier.id, number)
 
 
+def lock_classifier(session: Session, classifier_id: str) -> bool:
+    """Lock the classifier's row for the rest of the transaction (on SQLite, the database's write
+    lock); False when it is gone.
+
+    One lock order: a transaction that changes a classifier and its jobs locks the classifier
+    before any job row. A worker's finish or a tenant's cancel (job rows, then the classifier's
+    status) against a version's delete (the classifier, then its job) deadlocked on PostgreSQL
+    in the other order.
+    """
+    hold_write_lock(session)
+    found = session.scalar(select(Classifier.id).where(Classifier.id == classifier_id).with_for_update())
+    return found is not None
+
+
+def reread(session: Session, classifier: Classifier) -> None:
+    """Refresh ``classifier`` after a commit; NotFound when a concurrent delete removed it since."""
+    classifier_id = classifier.id  # a failed refresh leaves it unreadable
+    try:
+        session.refresh(classifier)
+    except InvalidRequestError:
+        raise NotFound("classifier", classifier_id) from None
+
+
+def _lock_classifier_of(session: Session, job_id: str) -> None:
+    """:func:`lock_classifier` for the classifier of job ``job_id``."""
+    hold_write_lock(session)
+    session.execute(
+        select(Classifier.id)
+        .join(TrainingJob, TrainingJob.classifier_id == Classifier.id)
+        .where(TrainingJob.id == job_id)
+        .with_for_update(of=Classifier)
+    )
+
+
 def _update_job(job_id: str, *conditions: Any) -> Update:
     return (
         update(TrainingJob)
@@ -692,7 +730,9 @@ def _fenced(
 def _end_job(
     session: Session, lease: JobLease, state: JobState, *, kind: str, detail: str | None, now: datetime
 ) -> bool:
-    """CAS training(epoch) -> ``state``; False (rolled back) if lost."""
+    """CAS training(epoch) -> ``state``; False (rolled back) if lost. Its status change follows, so
+    the classifier is locked first."""
+    _lock_classifier_of(session, lease.job_id)
     ended = session.execute(
         _update_job(
             lease.job_id,

@@ -27,11 +27,10 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.db import hold_write_lock
 from service.errors import BadRequest, QuotaExceeded
-from service.models import Classifier, ClassifierVersion, Dataset, JobState, Tenant, TenantQuota, TrainingJob
+from service.models import Classifier, ClassifierVersion, Dataset, JobState, TenantQuota, TrainingJob
 from service.settings import Settings
-from service.tenancy import require_tenant
+from service.tenancy import lock_tenant, require_tenant
 
 _ACTIVE_JOBS = (JobState.QUEUED.value, JobState.TRAINING.value)
 _MAX_VALUE = dict.fromkeys(
@@ -123,6 +122,7 @@ def set_overrides(
             raise BadRequest(
                 name, f"must be an integer from 0 to {_MAX_VALUE[name]}, or null for the default"
             )
+    lock_tenant(session, tenant_id)  # two first overrides would both insert the row
     row = session.get(TenantQuota, tenant_id)
     if row is None:
         row = TenantQuota(tenant_id=tenant_id, updated_at=now)
@@ -163,6 +163,13 @@ def check_can_import_classifier(session: Session, settings: Settings, tenant_id:
     _check("versions", quotas.versions, held.versions, 1)
 
 
+def check_can_resume(session: Session, settings: Settings, tenant_id: str) -> None:
+    """Raise QuotaExceeded unless the tenant may have one more job queued or training (a cancelled
+    one resumed). Locks the tenant's row, as :func:`check_can_create_classifier`."""
+    quotas, held = _locked(session, settings, tenant_id)
+    _check("training_jobs", quotas.training_jobs, held.training_jobs, 1)
+
+
 def check_can_store_dataset(
     session: Session, settings: Settings, tenant_id: str, *, size_bytes: int, rows: int
 ) -> None:
@@ -173,11 +180,7 @@ def check_can_store_dataset(
 
 
 def _locked(session: Session, settings: Settings, tenant_id: str) -> tuple[Quotas, Usage]:
-    # FOR NO KEY UPDATE serialises quota checks of one tenant on PostgreSQL without blocking
-    # other inserts that merely reference the tenant (those take KEY SHARE); SQLite ignores it
-    # and is serialised by its one write lock instead.
-    hold_write_lock(session)
-    session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True))
+    lock_tenant(session, tenant_id)
     return quotas_for(session, settings, tenant_id), usage(session, tenant_id)
 
 

@@ -20,6 +20,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.db import hold_write_lock
 from service.errors import BadRequest, Conflict, NotFound, Unauthorized
 from service.models import ApiKey, Tenant
 from service.settings import Settings
@@ -129,6 +130,7 @@ def list_tenants(session: Session) -> list[tuple[Tenant, list[ApiKey]]]:
 def rotate_key(session: Session, tenant_id: str, *, revoke_others: bool, now: datetime) -> IssuedKey:
     """Issue a new key for the tenant, optionally revoking all its others; commits. NotFound."""
     require_tenant(session, tenant_id)
+    lock_tenant(session, tenant_id)  # two rotations that revoke the others leave one key, not two
     if revoke_others:
         session.execute(
             update(ApiKey)
@@ -159,6 +161,15 @@ def require_tenant(session: Session, tenant_id: str) -> Tenant:
     if tenant is None:
         raise NotFound("tenant", tenant_id)
     return tenant
+
+
+def lock_tenant(session: Session, tenant_id: str) -> None:
+    """Lock the tenant's row for the rest of the transaction, so that checks of what the tenant
+    holds (quotas, keys) and the changes made on them are serialised per tenant. FOR NO KEY
+    UPDATE does not block inserts that merely reference the tenant (those take KEY SHARE);
+    SQLite ignores it and is serialised by its one write lock instead."""
+    hold_write_lock(session)
+    session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True))
 
 
 def _add_key(session: Session, tenant_id: str, now: datetime) -> IssuedKey:

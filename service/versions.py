@@ -24,8 +24,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from service import jobs, status_events, version_view, webhooks
-from service.datasets import StagedDataset, add_dataset, commit_files
-from service.db import hold_write_lock
+from service.datasets import StagedDataset, add_dataset, commit_files, keep_dataset
 from service.errors import Conflict, NotFound
 from service.models import (
     Classifier,
@@ -126,6 +125,7 @@ def create_version(
     yet, the classifier's view moves to the new one. On any failure before the commit nothing
     is kept."""
     with undone_on_failure(session, source):
+        keep_dataset(session, source)
         _lock(session, classifier.id)
         numbered = session.execute(
             update(Classifier)
@@ -157,7 +157,7 @@ def create_version(
                 .execution_options(synchronize_session=False)
             )
     commit_training(session, store, settings, job, moves)
-    session.refresh(classifier)
+    jobs.reread(session, classifier)
     return get_version(session, classifier, numbered.latest_version)
 
 
@@ -239,7 +239,7 @@ def promote(
             now=now,
         )
     session.commit()
-    session.refresh(classifier)
+    jobs.reread(session, classifier)
     webhooks.send_new_events(session, settings, classifier.id)
     return classifier
 
@@ -320,8 +320,6 @@ def owned_datasets(session: Session, classifier_id: str) -> list[Dataset]:
 def _lock(session: Session, classifier_id: str) -> None:
     """Lock the classifier row for the rest of the transaction (on SQLite, the database's write
     lock); NotFound when it was deleted meanwhile."""
-    hold_write_lock(session)
-    found = session.scalar(select(Classifier.id).where(Classifier.id == classifier_id).with_for_update())
-    if found is None:
+    if not jobs.lock_classifier(session, classifier_id):
         session.rollback()
         raise NotFound("classifier", classifier_id)

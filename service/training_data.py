@@ -78,6 +78,8 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
         input_rows = written = 0
         with open(dest, "w", encoding="utf-8", newline="") as out:
             writer = csv.writer(out, lineterminator="\n")
+            # the minimal quoting leaves a lone "\r" bare, which a reader takes for a line end
+            quoted = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
             writer.writerow(["text", "label"])
             for row, text, labels in records:
                 input_rows += 1
@@ -90,7 +92,7 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
                             row, f"more than {limits.max_classes} distinct classes (max_classes)"
                         )
                     classes.add(label)
-                    writer.writerow([text, label])
+                    (quoted if "\r" in text or "\r" in label else writer).writerow([text, label])
                     written += 1
     if input_rows == 0:
         raise InvalidTrainingData(0, "training data has no rows")

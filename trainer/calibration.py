@@ -33,11 +33,13 @@ def fit_temperature(logits: np.ndarray, targets: np.ndarray) -> float:
 
     The NLL is convex in 1 / T (a log-sum-exp of functions linear in it, minus a linear
     term), so a golden-section search on log T finds the minimum without gradients.
-    Rows whose logits are not all finite (a class the model never saw) are left out.
+    A class the model never saw has a -inf logit (probability 0 at any T): a row whose own
+    class is such a one is left out, the other rows are fitted as they are (leaving out every
+    row with any -inf logit left nothing to fit where cross-fitting folds lacked a rare class).
     """
-    logits = np.asarray(logits, dtype=np.float64)
-    keep = np.isfinite(logits).all(axis=1)
-    logits, targets = logits[keep], np.asarray(targets)[keep]
+    logits, targets = np.asarray(logits, dtype=np.float64), np.asarray(targets)
+    keep = np.isfinite(logits[np.arange(len(targets)), targets])
+    logits, targets = logits[keep], targets[keep]
     if len(targets) == 0:
         return 1.0
     low, high = math.log(MIN_TEMPERATURE), math.log(MAX_TEMPERATURE)

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.settings import Settings
+from trainer.data import read_labelled_csv
 
 GOOD = "good text,a\nother text,b\n"
 
@@ -186,3 +187,18 @@ def nlc_body(csv: str) -> bytes:
         for name, value in parts
     )
     return (out + f"--{BOUNDARY}--\r\n").encode()
+
+
+def test_a_carriage_return_inside_a_text_reaches_the_trainer_intact(
+    client: TestClient, tenant: Any, store: Any
+) -> None:
+    body = b'{"text": "first line\\rsecond", "label": "a"}\n{"text": "other", "label": "b"}\n'
+
+    reply = client.post(
+        "/v1/datasets", content=body, headers={**tenant.headers, "content-type": "application/x-ndjson"}
+    )
+
+    assert reply.status_code == 201, reply.text
+    [stored] = list(store.root.rglob("*.csv"))
+    read = read_labelled_csv(stored)
+    assert (read.texts, read.labels) == (["first line\rsecond", "other"], ["a", "b"])

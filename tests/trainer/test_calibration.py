@@ -35,3 +35,16 @@ def test_calibration_keeps_predictions_and_ignores_rows_with_unseen_classes() ->
 def test_without_held_out_rows_the_temperature_is_one() -> None:
     assert fit_temperature(np.zeros((0, 3)), np.zeros(0, dtype=np.int64)) == 1.0
     assert softmax(np.array([[-np.inf, 0.0]])).tolist() == [[0.0, 1.0]]
+
+
+def test_a_class_a_fold_model_never_saw_leaves_out_only_its_own_rows() -> None:
+    # cross-fitting: the fold model of these rows never saw class 4, so its logit is -inf for
+    # every row; rows of classes 0-3 still carry the evidence for the temperature
+    logits, targets = _overconfident(rows=2000)
+    seen = targets != 4
+    logits, targets = logits[seen], targets[seen]
+    logits[:, 4] = -np.inf
+
+    temperature = fit_temperature(logits, targets)
+
+    assert abs(temperature - 3.0) < 0.4

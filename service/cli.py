@@ -39,6 +39,10 @@ import redis
 import typer
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from pydantic import ValidationError
+from sqlalchemy import create_engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.client import register as register_client_commands
@@ -61,15 +65,28 @@ def main() -> None:
     cli()
 
 
+def _settings(**values: object) -> Settings:
+    """The process's settings (``values`` over the TAAS_* variables); a variable that does not
+    parse is one line naming it, and exit status 1, not a traceback."""
+    try:
+        return Settings(**values) if values else get_settings()  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"TAAS_{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
+            for error in exc.errors()
+        )
+        _fail(f"bad setting: {problems}")
+
+
 @cli.command()
 def up(
     host: str = typer.Option("127.0.0.1", help="Address the API listens on."),
-    port: int = typer.Option(8000, help="Port the API listens on."),
+    port: int = typer.Option(8000, min=1, max=65535, help="Port the API listens on."),
     data_dir: Path | None = typer.Option(None, help="Data folder [default: TAAS_DATA_DIR or ./var]."),
     workers: int = typer.Option(1, min=0, help="Training worker processes."),
 ) -> None:
     """Run the whole platform on this machine until Ctrl-C (or SIGTERM)."""
-    settings = get_settings() if data_dir is None else Settings(data_dir=data_dir)
+    settings = _settings() if data_dir is None else _settings(data_dir=data_dir)
     data = _prepare_data_dir(settings.data_dir)
     _check_port_free(host, port)
     with _exclusive(data / "taas-up.lock"), _Supervisor() as supervisor:
@@ -94,15 +111,16 @@ def up(
 @cli.command()
 def api(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 in a container)."),
-    port: int = typer.Option(8000, help="Port to listen on."),
+    port: int = typer.Option(8000, min=1, max=65535, help="Port to listen on."),
 ) -> None:
     """Run the HTTP API alone (uvicorn), for production deployments."""
     import uvicorn
 
     from service.app import create_app
 
-    settings = get_settings()
+    settings = _settings()
     _check_port_free(host, port)
+    _require_migrated(settings)
     if settings.admin_key is None:
         data = _prepare_data_dir(settings.data_dir)
         admin_key, key_file, created = _admin_key(settings.model_copy(update={"data_dir": data}))
@@ -124,7 +142,7 @@ def api(
 def worker(ctx: typer.Context) -> None:
     """Run one training worker alone (python -m workers); extra options go to Celery."""
     try:
-        get_settings().require_redis_url()
+        _settings().require_redis_url()
     except RuntimeError as error:
         _fail(str(error))
     os.execv(sys.executable, [sys.executable, "-m", "workers", *ctx.args])
@@ -134,7 +152,7 @@ def worker(ctx: typer.Context) -> None:
 def webhooks(ctx: typer.Context) -> None:
     """Run the webhook worker alone (python -m workers.webhook_worker): deliver status events."""
     try:
-        get_settings().require_redis_url()
+        _settings().require_redis_url()
     except RuntimeError as error:
         _fail(str(error))
     os.execv(sys.executable, [sys.executable, "-m", "workers.webhook_worker", *ctx.args])
@@ -144,7 +162,7 @@ def webhooks(ctx: typer.Context) -> None:
 def reconcile() -> None:
     """Run the reconciler alone (python -m workers.reconciler): requeue expired and lost jobs."""
     try:
-        get_settings().require_redis_url()
+        _settings().require_redis_url()
     except RuntimeError as error:
         _fail(str(error))
     os.execv(sys.executable, [sys.executable, "-m", "workers.reconciler"])
@@ -153,7 +171,7 @@ def reconcile() -> None:
 @cli.command()
 def migrate() -> None:
     """Upgrade the database to the newest schema (alembic upgrade head)."""
-    settings = get_settings()
+    settings = _settings()
     if settings.database_url is None:
         _prepare_data_dir(settings.data_dir)
     _migrate(settings)
@@ -379,16 +397,35 @@ def _announce(base: str, settings: Settings, key_file: Path, new_key: str | None
     typer.echo("Press Ctrl-C to stop.")
 
 
-def _migrate(settings: Settings) -> None:
-    """Run ``alembic upgrade head`` on the settings' database; exits with a one-line error."""
-    url = settings.resolved_database_url()
+def _alembic(settings: Settings) -> Config:
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.set_main_option("sqlalchemy.url", settings.resolved_database_url().replace("%", "%%"))
+    return config
+
+
+def _migrate(settings: Settings) -> None:
+    """Run ``alembic upgrade head`` on the settings' database; exits with a one-line error."""
     try:
-        command.upgrade(config, "head")
+        command.upgrade(_alembic(settings), "head")
     except SQLAlchemyError as error:
         _fail(f"cannot migrate the database: {str(error).splitlines()[0]}")
+
+
+def _require_migrated(settings: Settings) -> None:
+    """Exit with a one-line error unless the database's schema is the newest: an API on an
+    older one (or none) would answer every request with a 500."""
+    head = ScriptDirectory.from_config(_alembic(settings)).get_current_head()
+    engine = create_engine(settings.resolved_database_url())
+    try:
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+    except SQLAlchemyError as error:
+        _fail(f"cannot read the database ({str(error).splitlines()[0]}): if it is new, run `taas migrate`")
+    finally:
+        engine.dispose()
+    if current != head:
+        _fail(f"the database schema is at {current or 'nothing'}, not {head}: run `taas migrate` first")
 
 
 def _prepare_data_dir(data_dir: Path) -> Path:

@@ -42,7 +42,12 @@ class Api:
         except httpx.HTTPError as error:
             raise ClientError(f"cannot reach {self.url}: {error or type(error).__name__}") from None
         if reply.is_success:
-            return reply.json()
+            try:
+                return reply.json()
+            except ValueError:
+                raise ClientError(
+                    f"{self.url} answered {method} {path} with no JSON: is it a taas platform?"
+                ) from None
         raise ClientError(_describe(reply), reply.status_code)
 
     def is_admin(self) -> bool:
@@ -52,6 +57,10 @@ class Api:
         except ClientError as error:
             if error.status == 403:  # a valid tenant key on an admin route
                 return False
+            if error.status == 401:  # the admin route's own reply would blame the admin key alone
+                raise ClientError(
+                    "the key is neither a tenant's key nor the admin key (or it was revoked)", 401
+                ) from None
             raise
         return True
 

@@ -116,7 +116,11 @@ def train(
         if labelled:
             dataset = api.upload_dataset(file, name)
             body = {"name": name, "language": language, "dataset_id": dataset["dataset_id"]}
-            created = api.call("POST", "/v1/classifiers", json=body)
+            try:
+                created = api.call("POST", "/v1/classifiers", json=body)
+            except ClientError:  # the dataset was uploaded for this classifier alone
+                api.call("DELETE", f"/v1/datasets/{dataset['dataset_id']}")
+                raise
         else:
             metadata = {"name": name, "language": language}
             created = api.post_nlc_csv("/v1/classifiers", file, metadata)

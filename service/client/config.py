@@ -33,13 +33,16 @@ def config_file() -> Path:
 def save(login: Login) -> Path:
     """Write ``login`` to the config file (mode 0600, replacing it atomically); returns its path."""
     path = config_file()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     staging = path.with_name(path.name + ".tmp")
-    staging.unlink(missing_ok=True)
-    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(asdict(login), out)
-    os.replace(staging, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        staging.unlink(missing_ok=True)
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(asdict(login), out)
+        os.replace(staging, path)
+    except OSError as error:
+        raise ClientError(f"cannot save the login in {path}: {error.strerror or error}") from None
     return path
 
 

@@ -95,3 +95,13 @@ def test_admin_and_tenant_work_through_the_client(
     # a tenant is not the admin
     denied = taas("tenants", "list")
     assert denied.exit_code == 1 and denied.stderr.startswith("error: 403 Forbidden:")
+    # a labelled file whose create is refused leaves no dataset uploaded for it
+    stored = httpx.get(f"{url}/v1/datasets", headers={"X-API-Key": created["api_key"]}).json()
+    refused = taas("train", str(labelled), "--name", "x", "--language", "klingon")
+    assert refused.exit_code == 1 and "language" in refused.stderr
+    assert httpx.get(f"{url}/v1/datasets", headers={"X-API-Key": created["api_key"]}).json() == stored
+    # an unknown key is named as such, not as a wrong admin key
+    unknown = taas("login", url, "taas_no-such-key")
+    assert (
+        unknown.stderr == "error: the key is neither a tenant's key nor the admin key (or it was revoked)\n"
+    )

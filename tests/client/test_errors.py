@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 from click.testing import Result
+
+from tests.e2e.conftest import Platform
 
 
 def test_commands_before_login_say_how_to_log_in(taas: Callable[..., Result]) -> None:
@@ -31,3 +36,33 @@ def test_training_from_a_missing_file_is_one_line(taas: Callable[..., Result], t
     result = taas("train", "/no/such/file.csv", "--name", "x")
 
     assert result.exit_code == 1 and result.stderr.startswith("error: cannot read /no/such/file.csv")
+
+
+def test_a_reply_that_is_not_json_is_one_line(taas: Callable[..., Result]) -> None:
+    class Html(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>a proxy's page</html>")
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    with HTTPServer(("127.0.0.1", 0), Html) as server:
+        threading.Thread(target=server.handle_request, daemon=True).start()
+        result = taas("login", f"http://127.0.0.1:{server.server_port}", "some-key")
+
+    assert result.exit_code == 1
+    assert result.stderr.endswith("with no JSON: is it a taas platform?\n") and result.stderr.count("\n") == 1
+
+
+def test_a_config_folder_that_cannot_be_written_is_one_line(
+    taas: Callable[..., Result], config_home: Path, embedded_platform: Platform
+) -> None:
+    config_home.write_text("a file where the folder should be")
+
+    result = taas("login", embedded_platform.base_url, embedded_platform.admin_key)
+
+    assert result.exit_code == 1 and result.stderr.startswith("error: cannot save the login in ")
+    assert result.stderr.count("\n") == 1

@@ -1,0 +1,60 @@
+"""The platform's own commands refuse a bad start in one line and exit status 1 (2 for a bad
+option), before anything runs: a TAAS_* setting that does not parse, a port out of range, an
+API on a database that was never migrated."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.chaos import free_port
+
+TAAS = str(Path(sys.executable).with_name("taas"))
+
+
+def _run(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TAAS_")}
+    environment.update(TAAS_DATA_DIR=str(tmp_path / "var"), **env)
+    return subprocess.run(
+        [TAAS, *args], env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "variable", "value", "named"),
+    [
+        ("up", "TAAS_LEARNERS", "-1", "TAAS_LEARNERS: Input should be greater than or equal to 0"),
+        ("migrate", "TAAS_DEVICE", "tpu", "TAAS_DEVICE: Input should be 'auto', 'cpu' or 'cuda'"),
+        ("api", "TAAS_LEASE_SECONDS", "soon", "TAAS_LEASE_SECONDS: Input should be a valid integer"),
+    ],
+)
+def test_a_setting_that_does_not_parse_is_one_line_naming_it(
+    tmp_path: Path, command: str, variable: str, value: str, named: str
+) -> None:
+    result = _run(command, tmp_path=tmp_path, **{variable: value})
+
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: bad setting: {named}") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["up", "api"])
+def test_a_port_out_of_range_is_refused(tmp_path: Path, command: str) -> None:
+    result = _run(command, "--port", "99999", tmp_path=tmp_path)
+
+    assert result.returncode == 2 and "65535" in result.stderr
+
+
+def test_the_api_refuses_a_database_that_was_never_migrated(tmp_path: Path) -> None:
+    (tmp_path / "var").mkdir()
+
+    result = _run("api", "--port", str(free_port()), tmp_path=tmp_path, TAAS_ADMIN_KEY="k" * 32)
+
+    assert result.returncode == 1
+    assert (
+        result.stderr.startswith("error: the database schema is at nothing")
+        and "taas migrate" in result.stderr
+    )

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
+from urllib.parse import urlsplit
 
 import httpx
 import redis
@@ -89,6 +90,8 @@ def up(
     settings = _settings() if data_dir is None else _settings(data_dir=data_dir)
     data = _prepare_data_dir(settings.data_dir)
     _check_port_free(host, port)
+    if settings.redis_url:
+        _check_redis(settings.redis_url)
     with _exclusive(data / "taas-up.lock"), _Supervisor() as supervisor:
         redis_url = settings.redis_url or supervisor.start_redis(data / "redis")
         settings = settings.model_copy(update={"data_dir": data, "redis_url": redis_url})
@@ -438,6 +441,18 @@ def _prepare_data_dir(data_dir: Path) -> Path:
     except OSError as error:
         _fail(f"data dir {path} is not writable: {error.strerror}")
     return path
+
+
+def _check_redis(url: str) -> None:
+    """Exit with a one-line error unless the Redis at ``url`` answers: the workers would retry
+    it for ever while taas said it was up."""
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+        client.ping()
+        client.close()
+    except (redis.RedisError, ValueError) as error:
+        where = urlsplit(url)._replace(netloc=urlsplit(url).netloc.rpartition("@")[2]).geturl()
+        _fail(f"cannot reach Redis at {where} (TAAS_REDIS_URL): {error}")
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -1,6 +1,6 @@
 """The platform's own commands refuse a bad start in one line and exit status 1 (2 for a bad
 option), before anything runs: a TAAS_* setting that does not parse, a port out of range, an
-API on a database that was never migrated."""
+API on a database that was never migrated, an external Redis that does not answer."""
 
 from __future__ import annotations
 
@@ -58,3 +58,13 @@ def test_the_api_refuses_a_database_that_was_never_migrated(tmp_path: Path) -> N
         result.stderr.startswith("error: the database schema is at nothing")
         and "taas migrate" in result.stderr
     )
+
+
+def test_up_refuses_an_external_redis_that_does_not_answer(tmp_path: Path) -> None:
+    url = f"redis://:secret@127.0.0.1:{free_port()}/0"  # nothing listens there
+
+    result = _run("up", "--port", str(free_port()), tmp_path=tmp_path, TAAS_REDIS_URL=url)
+
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: cannot reach Redis at redis://127.0.0.1:")
+    assert "secret" not in result.stderr

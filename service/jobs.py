@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Update, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, Update, and_, func, inspect, or_, select, update
 from sqlalchemy.exc import InvalidRequestError
 from sqlalchemy.orm import Session
 
@@ -654,7 +654,8 @@ def lock_classifier(session: Session, classifier_id: str) -> bool:
 
 def reread(session: Session, classifier: Classifier) -> None:
     """Refresh ``classifier`` after a commit; NotFound when a concurrent delete removed it since."""
-    classifier_id = classifier.id  # a failed refresh leaves it unreadable
+    identity = inspect(classifier).identity  # readable however expired the object is
+    classifier_id = str(identity[0]) if identity else "?"
     try:
         session.refresh(classifier)
     except InvalidRequestError:

@@ -451,7 +451,8 @@ def _check_redis(url: str) -> None:
         client.ping()
         client.close()
     except (redis.RedisError, ValueError) as error:
-        where = urlsplit(url)._replace(netloc=urlsplit(url).netloc.rpartition("@")[2]).geturl()
+        parts = urlsplit(url)
+        where = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()  # no password
         _fail(f"cannot reach Redis at {where} (TAAS_REDIS_URL): {error}")
 
 

@@ -60,6 +60,32 @@ def test_select_gathers_bags_in_the_requested_order() -> None:
     assert np.allclose(picked.weights, again.weights)
 
 
+def test_fit_counts_document_frequency_the_same_in_any_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [*TEXTS, "play play jazz", "jazz tonight", "", "book book"] * 3
+    text_index, _, bucket, _ = hashed_counts(texts, FeaturizerConfig())
+    # df by definition: the texts holding each bucket
+    reference = Counter(b for _, b in set(zip(text_index.tolist(), bucket.tolist(), strict=True)))
+    for chunk in (1, 2, 7, 1000):
+        monkeypatch.setattr(features, "_FIT_CHUNK", chunk)
+        featurizer = Featurizer.fit(texts, FeaturizerConfig())
+        assert featurizer.buckets.tolist() == sorted(reference)
+        df = np.array([reference[b] for b in featurizer.buckets.tolist()])
+        assert np.allclose(featurizer.idf, np.log((1 + len(texts)) / (1 + df)) + 1)
+
+
+def test_transform_gives_the_same_bags_in_any_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
+    featurizer = Featurizer.fit(TEXTS, FeaturizerConfig())
+    texts = ["", *TEXTS, "ÿÿÿ", "play jazz", ""]
+    whole = featurizer.transform(texts)
+    for chunk in (1, 2, 3):
+        monkeypatch.setattr(features, "_CHUNK", chunk)
+        chunked = featurizer.transform(texts)
+        assert np.array_equal(chunked.ids, whole.ids)
+        assert np.array_equal(chunked.weights, whole.weights)
+        assert np.array_equal(chunked.offsets, whole.offsets)
+    assert len(featurizer.transform([])) == 0
+
+
 def _reference_vector(featurizer: Featurizer, text: str, table: np.ndarray) -> np.ndarray:
     """A text's bag summed over ``table``, straight from the definition: sublinear TF x IDF, L2 per group."""
     _, group, bucket, count = hashed_counts([text], featurizer.config)

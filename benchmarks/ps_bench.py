@@ -40,6 +40,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from trainer.hparams import DEFAULT_HPARAMS  # noqa: E402
 from trainer.model import ModelConfig, TextClassifier  # noqa: E402
 from trainer.ps.learner import Learner  # noqa: E402
 from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer  # noqa: E402
@@ -60,7 +61,12 @@ def build_model(kind: str, seed: int) -> nn.Module:
     """The benchmark model ``kind`` with seeded weights."""
     generator = torch.Generator().manual_seed(seed)
     if kind == "sparse":
-        return TextClassifier(SPARSE, generator=generator)
+        return TextClassifier(
+            SPARSE,
+            embedding_init=DEFAULT_HPARAMS.embedding_init,
+            output_init=DEFAULT_HPARAMS.output_init,
+            generator=generator,
+        )
     torch.manual_seed(seed)
     a, b, c, d = DENSE_SIZES
     return nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, c), nn.ReLU(), nn.Linear(c, d))

@@ -141,7 +141,7 @@ class LoadedModel:
             featurizer = Featurizer(
                 FeaturizerConfig(**meta["featurizer"]), tensors["buckets"].numpy(), tensors["idf"].numpy()
             )
-            model = TextClassifier(config)
+            model = TextClassifier(config, embedding_init=0.0, output_init=0.0)  # replaced next
             model.load_state_dict(
                 {
                     "embedding.weight": tensors["embedding"].to(torch.float32),

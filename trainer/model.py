@@ -30,15 +30,25 @@ class TextClassifier(nn.Module):
     factorisation of a linear classifier over TF-IDF features.
     """
 
-    def __init__(self, config: ModelConfig, generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        embedding_init: float,
+        output_init: float,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        """Weights uniform in ±embedding_init and ±output_init (0: zeros), the bias zero."""
         super().__init__()
         self.config = config
         self.embedding = nn.EmbeddingBag(config.rows, config.dim, mode="sum", sparse=True)
         self.output = nn.Linear(config.dim, config.classes)
         with torch.no_grad():
-            bound = 1.0 / config.dim
-            self.embedding.weight.uniform_(-bound, bound, generator=generator)
-            self.output.weight.uniform_(-bound, bound, generator=generator)
+            for weight, bound in ((self.embedding.weight, embedding_init), (self.output.weight, output_init)):
+                if bound:
+                    weight.uniform_(-bound, bound, generator=generator)
+                else:
+                    weight.zero_()
             self.output.bias.zero_()
 
     def forward(self, ids: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

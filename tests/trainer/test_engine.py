@@ -66,11 +66,54 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(
 
 
 def test_hyper_parameters_saved_before_the_optimizer_was_a_field_are_read_as_adam() -> None:
-    """Checkpoints of that time hold Adam's moments and its learning rate: they resume with Adam."""
-    older = {k: v for k, v in HParams(learning_rate=0.003).as_dict().items() if k != "optimizer"}
+    """Checkpoints of that time hold Adam's moments and its learning rate: they resume with Adam
+    (and report the start they had, both factors in ±1/64)."""
+    newer = ("optimizer", "embedding_init", "output_init")
+    older = {k: v for k, v in HParams(learning_rate=0.003).as_dict().items() if k not in newer}
 
-    assert HParams.from_dict(older) == HParams(optimizer="adam", learning_rate=0.003)
+    assert HParams.from_dict(older) == HParams(
+        optimizer="adam", learning_rate=0.003, embedding_init=1 / 64, output_init=1 / 64
+    )
     assert HParams.from_dict(DEFAULT_HPARAMS.as_dict()) == DEFAULT_HPARAMS
+
+
+@pytest.mark.parametrize(
+    ("losses", "epochs"),
+    [
+        ([1.0, 0.9, 0.8, 0.7, 0.6, 0.5], 6),  # a lower loss each epoch is progress: no early stop
+        ([1.0, 1.1, 1.2, 1.3, 1.4, 1.5], 3),  # neither score nor loss improves: patience 2 stops it
+        ([1.0, 1.1, 0.95, 1.2, 1.3, 1.4], 5),  # the new lowest loss of epoch 3 restarts the count
+    ],
+    ids=["falling-loss", "rising-loss", "one-new-low"],
+)
+def test_an_epoch_with_the_lowest_validation_loss_so_far_is_progress(
+    tmp_path: Path,
+    small_data: LabelledData,
+    quick_hparams: HParams,
+    monkeypatch: pytest.MonkeyPatch,
+    losses: list[float],
+    epochs: int,
+) -> None:
+    """The validation accuracy peaks in epoch 1; the loss alone decides when training stops,
+    and the weights kept are epoch 1's whatever happens after."""
+    real_end_epoch = engine._end_epoch
+    kept: dict[str, torch.Tensor] = {}
+
+    def end_epoch(model, state, prepared, hparams) -> None:  # type: ignore[no-untyped-def]
+        epoch = state.epoch
+        score = 0.9 if epoch == 1 else 0.5
+        monkeypatch.setattr(engine, "_validate", lambda *args: (score, losses[epoch - 1]))
+        if epoch == 1:
+            kept.update({k: v.detach().clone() for k, v in model.state_dict().items()})
+        real_end_epoch(model, state, prepared, hparams)
+
+    monkeypatch.setattr(engine, "_end_epoch", end_epoch)
+    hparams = dataclasses.replace(quick_hparams, max_epochs=6, min_updates=1, lr_plateau_factor=1.0)
+    result = train(small_data, workdir=tmp_path / "work", out_dir=tmp_path / "out", hparams=hparams)
+
+    assert result.epochs == epochs
+    # the embedding is saved as float16; the output layer has the temperature folded in
+    assert torch.equal(_weights(tmp_path / "out")["embedding"], kept["embedding.weight"].half())
 
 
 def test_plateau_cuts_of_the_learning_rate_survive_a_stop_and_resume(

@@ -77,7 +77,10 @@ def save_model(
         "weights_sha256": hashlib.sha256(payload).hexdigest(),
         **extra,
     }
-    write_atomic(out_dir / META_FILE, json.dumps(meta, indent=2, sort_keys=True).encode("utf-8"))
+    # UTF-8, not \u escapes: a class name of emoji took 12 bytes a character, and names appear
+    # in the labels, the per-class metrics and the confusion matrix
+    text = json.dumps(meta, indent=2, sort_keys=True, ensure_ascii=False)
+    write_atomic(out_dir / META_FILE, text.encode("utf-8"))
 
 
 def read_metadata(model_dir: Path) -> dict[str, Any]:

@@ -117,10 +117,7 @@ def delete_classifier(
     callback URL, record the deletion's status event for it; then delete its files and send the
     event. The classifier's delivered events go with it. NotFound when a concurrent delete
     removed it first (that one records the event)."""
-    classifier_id = classifier.id  # read before a rollback expires it
-    if not jobs.lock_classifier(session, classifier_id):
-        session.rollback()
-        raise NotFound("classifier", classifier_id)
+    jobs.lock_existing_classifier(session, classifier.id)
     shown = jobs.shown_job(session, classifier)
     jobs.cancel_jobs(session, classifier.id, now=now)
     owned = versions.owned_datasets(session, classifier.id)

@@ -652,6 +652,13 @@ def lock_classifier(session: Session, classifier_id: str) -> bool:
     return found is not None
 
 
+def lock_existing_classifier(session: Session, classifier_id: str) -> None:
+    """:func:`lock_classifier`; when a concurrent delete removed it, roll back and raise NotFound."""
+    if not lock_classifier(session, classifier_id):
+        session.rollback()
+        raise NotFound("classifier", classifier_id)
+
+
 def reread(session: Session, classifier: Classifier) -> None:
     """Refresh ``classifier`` after a commit; NotFound when a concurrent delete removed it since."""
     identity = inspect(classifier).identity  # readable however expired the object is

@@ -126,7 +126,7 @@ def create_version(
     is kept."""
     with undone_on_failure(session, source):
         keep_dataset(session, source)
-        _lock(session, classifier.id)
+        jobs.lock_existing_classifier(session, classifier.id)
         numbered = session.execute(
             update(Classifier)
             .where(Classifier.id == classifier.id)
@@ -200,7 +200,7 @@ def promote(
     """Make version ``number`` the serving one, atomically: the classifier's view (status,
     model, metrics, dataset) switches in one UPDATE. Promoting an older version is a rollback.
     NotFound, or Conflict unless the version is Available. The caller announces the tenant."""
-    _lock(session, classifier.id)
+    jobs.lock_existing_classifier(session, classifier.id)
     session.refresh(classifier)
     version = get_version(session, classifier, number)
     if version.status != ClassifierStatus.AVAILABLE.value or not version.model_dir:
@@ -258,7 +258,7 @@ def delete_version(
     record the deletion's status event, then delete its files and send the event. NotFound;
     Conflict for the serving version (promote another one first) and, while none serves, for
     the newest (delete the classifier instead)."""
-    _lock(session, classifier.id)
+    jobs.lock_existing_classifier(session, classifier.id)
     session.refresh(classifier)
     version = get_version(session, classifier, number)
     if version_view.shows(classifier.serving_version, classifier.latest_version, number):
@@ -315,11 +315,3 @@ def owned_datasets(session: Session, classifier_id: str) -> list[Dataset]:
             )
         )
     )
-
-
-def _lock(session: Session, classifier_id: str) -> None:
-    """Lock the classifier row for the rest of the transaction (on SQLite, the database's write
-    lock); NotFound when it was deleted meanwhile."""
-    if not jobs.lock_classifier(session, classifier_id):
-        session.rollback()
-        raise NotFound("classifier", classifier_id)

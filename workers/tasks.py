@@ -60,4 +60,6 @@ def train(job_id: str) -> None:
         with training(picked):
             run_training_job(picked, settings, worker_id, stop_requested=_shutting_down.is_set)
     except JobInterrupted as interrupted:
-        raise Reject(str(interrupted), requeue=True) from interrupted
+        # an expected end (celery logs a rejection with its traceback): not chained, so the log
+        # shows one short traceback rather than the whole trainer's stack below it
+        raise Reject(str(interrupted), requeue=True) from None

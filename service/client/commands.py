@@ -323,11 +323,15 @@ def list_tenants(as_json: bool = JSON_OPTION) -> None:
         found = api.call("GET", "/v1/admin/tenants")["tenants"]
     if as_json:
         return _print_json(found)
-    table = _table("id", "name", "created", "active keys")
+    # a block per tenant, not a table: two 36-character ids a row did not fit 80 columns, and
+    # a table cut the key ids that `taas tenants revoke` takes
     for t in found:
-        active = [f"{k['key_id']} ({k['prefix']}…)" for k in t["keys"] if not k["revoked"]]
-        table.add_row(t["tenant_id"], t["name"], t["created"], "\n".join(active) or "none")
-    out.print(table)
+        out.print(f"{t['tenant_id']}  {t['name']}  (created {t['created']})", markup=False, highlight=False)
+        active = [k for k in t["keys"] if not k["revoked"]]
+        for k in active:
+            out.print(f"  key {k['key_id']}  {k['prefix']}…", markup=False, highlight=False)
+        if not active:
+            out.print("  no active key", highlight=False)
 
 
 @tenants.command("revoke")

@@ -38,6 +38,10 @@ def test_admin_and_tenant_work_through_the_client(
     assert isinstance(created, dict)
     listed = _json(taas("tenants", "list", "--json"))
     assert "cli-acme" in {t["name"] for t in listed}  # type: ignore[union-attr]
+    # the plain listing shows whole ids (`taas tenants revoke` takes them), however narrow
+    key_id = next(t for t in listed if t["name"] == "cli-acme")["keys"][0]["key_id"]  # type: ignore[union-attr, index]
+    plain = taas("tenants", "list").stdout
+    assert f"{created['tenant_id']}  cli-acme" in plain and f"  key {key_id}  " in plain  # type: ignore[index]
     # the tenant logs in, uploads a dataset and trains from a labelled CSV, waiting for the end
     assert "as a tenant" in taas("login", url, created["api_key"]).stdout
     labelled = tmp_path / "labelled.csv"

@@ -143,12 +143,16 @@ def keep_dataset(session: Session, source: StagedDataset | Dataset) -> None:
     classifier's: the order every transaction keeps."""
     if isinstance(source, StagedDataset):
         return
-    dataset_id = source.id  # read before a rollback expires it
+    _lock_dataset(session, source.id, share=True)
+
+
+def _lock_dataset(session: Session, dataset_id: str, *, share: bool) -> None:
+    """Lock the dataset's row until the transaction ends, FOR KEY SHARE or FOR UPDATE (on
+    SQLite the write lock); when a concurrent delete removed it, roll back and raise NotFound."""
     hold_write_lock(session)
-    kept = session.scalar(
-        select(Dataset.id).where(Dataset.id == dataset_id).with_for_update(read=True, key_share=True)
-    )
-    if kept is None:
+    query = select(Dataset.id).where(Dataset.id == dataset_id)
+    locked = query.with_for_update(read=True, key_share=True) if share else query.with_for_update()
+    if session.scalar(locked) is None:
         session.rollback()
         raise NotFound("dataset", dataset_id)
 
@@ -156,11 +160,8 @@ def keep_dataset(session: Session, source: StagedDataset | Dataset) -> None:
 def delete_dataset(session: Session, store: ArtifactStore, dataset: Dataset) -> None:
     """Delete a dataset row and file; Conflict while a version of a classifier may still train
     on it: its job queued, training, or cancelled (which the tenant may resume)."""
-    dataset_id = dataset.id  # read before a rollback expires it
-    hold_write_lock(session)
-    if session.scalar(select(Dataset.id).where(Dataset.id == dataset_id).with_for_update()) is None:
-        session.rollback()
-        raise NotFound("dataset", dataset_id)  # a concurrent delete came first
+    dataset_id = dataset.id
+    _lock_dataset(session, dataset_id, share=False)
     in_use = session.scalar(
         select(ClassifierVersion.classifier_id)
         .join(

@@ -157,7 +157,7 @@ def test_workers_gpu_reservation_and_cpu_profile(compose: dict[str, Any]) -> Non
 
 def test_shared_artifacts_and_optional_flower(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    for name in ["api", "worker", "worker-cpu"]:
+    for name in ["api", "worker", "worker-cpu", "reconciler"]:  # the reconciler sweeps staging files
         assert "artifacts:/var/lib/taas" in services[name]["volumes"]
         assert services[name]["environment"]["TAAS_DATA_DIR"] == "/var/lib/taas"
     assert services["reconciler"]["command"] == ["taas", "reconcile"]

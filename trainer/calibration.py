@@ -29,7 +29,12 @@ def nll(logits: np.ndarray, targets: np.ndarray, temperature: float) -> float:
 
 
 def fit_temperature(logits: np.ndarray, targets: np.ndarray) -> float:
-    """The T in [MIN_TEMPERATURE, MAX_TEMPERATURE] minimising the held-out NLL; 1.0 without data.
+    """The T in [MIN_TEMPERATURE, MAX_TEMPERATURE] minimising the held-out NLL; 1.0 without
+    data, or when no T fits it better than 1.0 does.
+
+    The last is the case of held-out scores that carry no information, e.g. uniform ones where
+    no fold model could be trained: the NLL is then flat, the search ran to its lower end, and
+    T = 0.05 made the final model, trained on every row, answer with confidences of 0.999999.
 
     The NLL is convex in 1 / T (a log-sum-exp of functions linear in it, minus a linear
     term), so a golden-section search on log T finds the minimum without gradients.
@@ -55,7 +60,8 @@ def fit_temperature(logits: np.ndarray, targets: np.ndarray) -> float:
             low, a, fa = a, b, fb
             b = low + ratio * (high - low)
             fb = nll(logits, targets, math.exp(b))
-    return math.exp((low + high) / 2.0)
+    best = math.exp((low + high) / 2.0)
+    return best if nll(logits, targets, best) < nll(logits, targets, 1.0) else 1.0
 
 
 def calibrate(logits: np.ndarray, targets: np.ndarray) -> float:

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from trainer import LabelledData, LoadedModel, train
 from trainer.calibration import calibrate, fit_temperature, nll, softmax, top1_ece
+from trainer.hparams import HParams
 
 
 def _overconfident(
@@ -30,6 +34,25 @@ def test_calibration_keeps_predictions_and_ignores_rows_with_unseen_classes() ->
     temperature = calibrate(with_unseen, np.append(targets, 0))
     assert np.isfinite(temperature) and temperature > 1.0
     assert np.array_equal(softmax(logits, temperature).argmax(axis=1), logits.argmax(axis=1))
+
+
+def test_held_out_scores_without_information_leave_the_temperature_at_one() -> None:
+    """Uniform scores (no fold model could be trained) or identical ones: every T fits alike."""
+    targets = np.array([0, 1, 2, 1, 0])
+    assert fit_temperature(np.zeros((5, 3)), targets) == 1.0
+    assert calibrate(np.zeros((5, 3)), targets) == 1.0
+
+
+def test_one_example_per_class_trains_a_model_of_temperature_one(
+    tmp_path: Path, quick_hparams: HParams
+) -> None:
+    """Each cross-fitting fold lacks a class, so every held-out score is uniform: no T is
+    better than another, and the final model must not be sharpened by T = 0.05."""
+    data = LabelledData(["hello there", "goodbye now"], ["greet", "bye"])
+    result = train(data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams)
+    assert result.metrics["temperature"] == 1.0
+    top = LoadedModel.load(tmp_path / "m").classify(["something else entirely"])[0][0][1]
+    assert top < 0.99
 
 
 def test_without_held_out_rows_the_temperature_is_one() -> None:

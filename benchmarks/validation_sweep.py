@@ -158,19 +158,30 @@ def split_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    parser = split_parser(__doc__.splitlines()[0])
+def sweep_parser(description: str) -> argparse.ArgumentParser:
+    """split_parser's, plus a subsample of the rows and the taas systems (taas_systems)."""
+    parser = split_parser(description)
     parser.add_argument("--max-rows", type=int, default=None, help="stratified subsample of train.csv")
     parser.add_argument("--set", default="", help="KEY=VALUE[,...]: HParams overrides for every taas run")
     parser.add_argument(
         "--variant", action="append", default=[], help="NAME:KEY=VALUE[,...]: a taas variant (repeatable)"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def taas_systems(args: argparse.Namespace) -> dict[str, HParams]:
+    """``taas`` (DEFAULT_HPARAMS with ``--set``) and each ``--variant``, by name."""
     base = dataclasses.replace(DEFAULT_HPARAMS, **_overrides(args.set))  # type: ignore[arg-type]
     systems = {"taas": base}
     for variant in args.variant:
         name, _, overrides = variant.partition(":")
         systems[name] = dataclasses.replace(base, **_overrides(overrides))  # type: ignore[arg-type]
+    return systems
+
+
+def main() -> None:
+    args = sweep_parser(__doc__.splitlines()[0]).parse_args()
+    systems = taas_systems(args)
     for folder in args.datasets:
         for row in sweep(folder, systems, args.folds, args.repeats, args.per_repeat, args.max_rows):
             print(json.dumps(row), flush=True)

@@ -103,6 +103,7 @@ class _Prepared:
     max_epochs: int
     fingerprint: str
     max_rows: int  # the most embedding rows one mini-batch can touch (slot capacity)
+    class_weights: torch.Tensor | None  # the loss's per-class weights (_class_weights)
 
 
 def _fingerprint(data: TrainingData) -> str:
@@ -184,7 +185,18 @@ def _prepare(data: TrainingData, hparams: HParams, fingerprint: str) -> _Prepare
         max_epochs=max(hparams.max_epochs, math.ceil(hparams.min_updates / steps_per_epoch)),
         fingerprint=fingerprint,
         max_rows=max(1, min(max_rows, featurizer.rows)),
+        class_weights=_class_weights(targets[train_idx], len(labels), hparams.class_balance),
     )
+
+
+def _class_weights(targets: np.ndarray, classes: int, balance: float) -> torch.Tensor | None:
+    """The single-label loss's class weights, ``(rows / (classes x class rows)) ** balance``
+    from the training rows (None: multi-label data, or no balancing)."""
+    if targets.ndim != 1 or balance == 0:
+        return None
+    counts = np.bincount(targets, minlength=classes).astype(np.float64)
+    weights = np.where(counts > 0, len(targets) / (classes * np.maximum(counts, 1)), 1.0) ** balance
+    return torch.from_numpy(weights.astype(np.float32))
 
 
 @dataclass
@@ -517,7 +529,10 @@ def _train(
         del saved
         data_tensors = ShardData.of(prepared.train_bags, prepared.train_targets, shared=processes is not None)
         task = partial(
-            TextClassifierTask, unique_rows=optimizer.needs_unique_rows, multi_label=prepared.multi_label
+            TextClassifierTask,
+            unique_rows=optimizer.needs_unique_rows,
+            multi_label=prepared.multi_label,
+            class_weights=prepared.class_weights,
         )
         if processes is not None:
             processes.start(ps, task(), data_tensors, hparams.batch_size, state.seed)

@@ -92,16 +92,22 @@ class TextClassifierTask:
     (Adam) needs; a linear one (SGD) applies duplicates with one ``index_add_`` and skips it.
 
     ``multi_label``: one sigmoid per class, trained with ``multi_label_loss`` against multi-hot
-    targets; otherwise a softmax trained with cross-entropy against class ids.
+    targets; otherwise a softmax trained with cross-entropy against class ids, each example
+    weighed by its class's entry of ``class_weights`` when given (HParams.class_balance).
     """
 
-    def __init__(self, unique_rows: bool = True, multi_label: bool = False) -> None:
+    def __init__(
+        self, unique_rows: bool = True, multi_label: bool = False, class_weights: torch.Tensor | None = None
+    ) -> None:
         self.unique_rows = unique_rows
         self.multi_label = multi_label
+        self.class_weights = class_weights
 
     def attach(self, params: list[torch.Tensor]) -> None:
         """Bind to the server's tensors as leaf views autograd may differentiate (no copies)."""
         self.table, *self.dense = [p.detach().requires_grad_(True) for p in params]
+        if self.class_weights is not None:
+            self.class_weights = self.class_weights.to(self.table.device)
 
     def pull(self, batch: Batch) -> tuple[None, int]:
         """Nothing to copy: the forward reads the rows in place (0 bytes moved)."""
@@ -117,7 +123,7 @@ class TextClassifierTask:
         if self.multi_label:
             loss = multi_label_loss(logits, batch.targets)
         else:
-            loss = F.cross_entropy(logits, batch.targets)
+            loss = F.cross_entropy(logits, batch.targets, weight=self.class_weights)
         rows_grad, weight_grad, bias_grad = torch.autograd.grad(loss, [self.table, weight, bias])
         if self.unique_rows:
             rows_grad = rows_grad.coalesce()

@@ -67,12 +67,12 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(
 
 def test_hyper_parameters_saved_before_the_optimizer_was_a_field_are_read_as_adam() -> None:
     """Checkpoints of that time hold Adam's moments and its learning rate: they resume with Adam
-    (and report the start they had, both factors in ±1/64)."""
-    newer = ("optimizer", "embedding_init", "output_init")
+    (and report the start they had, both factors in ±1/64, and an unweighted loss)."""
+    newer = ("optimizer", "embedding_init", "output_init", "class_balance")
     older = {k: v for k, v in HParams(learning_rate=0.003).as_dict().items() if k not in newer}
 
     assert HParams.from_dict(older) == HParams(
-        optimizer="adam", learning_rate=0.003, embedding_init=1 / 64, output_init=1 / 64
+        optimizer="adam", learning_rate=0.003, embedding_init=1 / 64, output_init=1 / 64, class_balance=0.0
     )
     assert HParams.from_dict(DEFAULT_HPARAMS.as_dict()) == DEFAULT_HPARAMS
 

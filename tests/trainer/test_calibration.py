@@ -3,9 +3,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+from synthetic import synthetic_data
 
 from trainer import LabelledData, LoadedModel, train
-from trainer.calibration import calibrate, fit_temperature, nll, softmax, top1_ece
+from trainer.calibration import (
+    MIN_TEMPERATURE,
+    calibrate,
+    fit_temperature,
+    lowest_temperature,
+    nll,
+    softmax,
+    top1_ece,
+)
 from trainer.hparams import HParams
 
 
@@ -71,3 +81,44 @@ def test_a_class_a_fold_model_never_saw_leaves_out_only_its_own_rows() -> None:
     temperature = fit_temperature(logits, targets)
 
     assert abs(temperature - 3.0) < 0.4
+
+
+def test_held_out_rows_all_right_bound_the_confidence_by_laplaces_rule() -> None:
+    """The NLL of rows that are all right falls as T falls: unbounded, the search ran to
+    T = 0.05 and the model answered 1.0 for anything. 120 right of 120 support 121 / 122."""
+    rng = np.random.default_rng(1)
+    targets = rng.integers(0, 4, size=120)
+    logits = rng.normal(0.0, 0.5, size=(120, 4))
+    logits[np.arange(120), targets] += 3.0
+    assert (logits.argmax(axis=1) == targets).all()
+
+    temperature = calibrate(logits, targets)
+
+    assert lowest_temperature(logits, targets) == temperature > MIN_TEMPERATURE
+    mean_confidence = softmax(logits, temperature).max(axis=1).mean()
+    assert mean_confidence == pytest.approx(121 / 122, abs=1e-6)
+    assert softmax(logits, 0.9 * temperature).max(axis=1).mean() > 121 / 122
+
+
+def test_with_a_row_wrong_the_nll_alone_fixes_the_temperature() -> None:
+    logits, targets = _overconfident()
+    assert lowest_temperature(logits, targets) == MIN_TEMPERATURE
+
+    rng = np.random.default_rng(1)
+    targets = rng.integers(0, 4, size=120)
+    logits = rng.normal(0.0, 0.5, size=(120, 4))
+    logits[np.arange(120), targets] += 3.0
+    logits[0, (targets[0] + 1) % 4] += 10.0  # one confident error
+    assert lowest_temperature(logits, targets) == MIN_TEMPERATURE
+    assert fit_temperature(logits, targets) > MIN_TEMPERATURE
+
+
+def test_a_model_right_on_every_validation_row_is_not_sharpened_to_certainty(
+    tmp_path: Path, quick_hparams: HParams
+) -> None:
+    """Before the bound: T = 0.05, and filler words alone were 'music' at 0.99999."""
+    result = train(synthetic_data(30), workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams)
+    assert result.metrics["accuracy"] == 1.0 and result.metrics["n"] == 18
+
+    assert result.metrics["temperature"] > 1.0
+    assert LoadedModel.load(tmp_path / "m").classify(["the a for me"])[0][0][1] < 0.9

@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 
 from trainer import HParams, LabelledData
-from trainer.evaluate import expected_calibration_error
 
 sys.path.insert(0, str(Path(__file__).parent))
 from validation_sweep import (  # noqa: E402  (the sibling benchmark script)
@@ -32,6 +31,8 @@ from validation_sweep import (  # noqa: E402  (the sibling benchmark script)
     Score,
     _peer,
     _taas,
+    paired,
+    pooled_ece,
     read_train,
     splits,
     subset,
@@ -71,7 +72,8 @@ def imbalance(
     base = np.concatenate([c[r] for (c, _), r in runs["taas"]])
     summary = []
     for system, scored in runs.items():
-        correct = np.concatenate([c for (c, _), _ in scored])
+        scores = [score for score, _ in scored]
+        correct = np.concatenate([c for c, _ in scores])
         rare_correct = np.concatenate([c[r] for (c, _), r in scored])
         row: dict[str, object] = {
             "dataset": folder.name,
@@ -80,17 +82,10 @@ def imbalance(
             "runs": len(scored),
             "rare_recall": round(float(rare_correct.mean()), 4),
             "accuracy": round(float(correct.mean()), 4),
-            "ece": None
-            if scored[0][0][1] is None
-            else round(
-                expected_calibration_error(
-                    np.concatenate([p for (_, p), _ in scored]).tolist(), correct.tolist()
-                ),
-                4,
-            ),
+            "ece": pooled_ece(scores, correct),
         }
         if system != "taas":
-            row["wins"], row["losses"] = int((rare_correct & ~base).sum()), int((base & ~rare_correct).sum())
+            row["wins"], row["losses"] = paired(rare_correct, base)
         summary.append(row)
     return summary
 

@@ -120,17 +120,26 @@ def summarise(dataset: str, rows: int, runs: dict[str, list[Score]]) -> list[dic
             "pooled_accuracy": round(float(correct.mean()), 4),
             "correct": int(correct.sum()),
             "validation_rows": len(correct),
-            "ece": None
-            if scored[0][1] is None
-            else round(
-                expected_calibration_error(np.concatenate([p for _, p in scored]).tolist(), correct.tolist()),
-                4,
-            ),
+            "ece": pooled_ece(scored, correct),
         }
         if system != "taas":
-            row["wins"], row["losses"] = int((correct & ~base).sum()), int((base & ~correct).sum())
+            row["wins"], row["losses"] = paired(correct, base)
         summary.append(row)
     return summary
+
+
+def pooled_ece(scored: list[Score], correct: np.ndarray) -> float | None:
+    """Top-1 ECE over every split's rows (``correct``: theirs, concatenated); None for a
+    system without probabilities."""
+    if scored[0][1] is None:
+        return None
+    confidence = np.concatenate([p for _, p in scored if p is not None])
+    return round(expected_calibration_error(confidence.tolist(), correct.tolist()), 4)
+
+
+def paired(correct: np.ndarray, base: np.ndarray) -> tuple[int, int]:
+    """(rows right here and wrong in ``base``, rows wrong here and right in ``base``)."""
+    return int((correct & ~base).sum()), int((base & ~correct).sum())
 
 
 def sweep(

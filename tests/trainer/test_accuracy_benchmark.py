@@ -4,14 +4,11 @@ after its folder, and every peer paired with taas on the same test rows."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
+from benchmark_runs import run_benchmark
 from synthetic import synthetic_data, write_csv
 
-ROOT = Path(__file__).resolve().parents[2]
 ISSUE_FIELDS = {"dataset", "system", "accuracy", "macro_f1", "ece", "train_s", "model_bytes"}
 
 
@@ -22,15 +19,9 @@ def test_json_lines_name_each_system_and_pair_the_peers_with_taas(tmp_path: Path
     test = synthetic_data(4, seed=2)
     write_csv(folder / "test.csv", test)
 
-    ran = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "accuracy.py"), str(folder), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
+    lines = run_benchmark("accuracy.py", str(folder), "--json")
 
-    rows = {row["system"]: row for row in map(json.loads, ran.stdout.splitlines())}
+    rows = {row["system"]: row for row in lines}
     assert set(rows) == {"taas", "fasttext", "tfidf-logreg", "tfidf-svm"}
     for system, row in rows.items():
         assert ISSUE_FIELDS <= set(row), system

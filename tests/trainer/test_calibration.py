@@ -83,13 +83,19 @@ def test_a_class_a_fold_model_never_saw_leaves_out_only_its_own_rows() -> None:
     assert abs(temperature - 3.0) < 0.4
 
 
+def _all_right(rows: int = 120, classes: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Logits whose top class is every row's target, by a margin of about 3."""
+    rng = np.random.default_rng(1)
+    targets = rng.integers(0, classes, size=rows)
+    logits = rng.normal(0.0, 0.5, size=(rows, classes))
+    logits[np.arange(rows), targets] += 3.0
+    return logits, targets
+
+
 def test_held_out_rows_all_right_bound_the_confidence_by_laplaces_rule() -> None:
     """The NLL of rows that are all right falls as T falls: unbounded, the search ran to
     T = 0.05 and the model answered 1.0 for anything. 120 right of 120 support 121 / 122."""
-    rng = np.random.default_rng(1)
-    targets = rng.integers(0, 4, size=120)
-    logits = rng.normal(0.0, 0.5, size=(120, 4))
-    logits[np.arange(120), targets] += 3.0
+    logits, targets = _all_right()
     assert (logits.argmax(axis=1) == targets).all()
 
     temperature = calibrate(logits, targets)
@@ -104,10 +110,7 @@ def test_with_a_row_wrong_the_nll_alone_fixes_the_temperature() -> None:
     logits, targets = _overconfident()
     assert lowest_temperature(logits, targets) == MIN_TEMPERATURE
 
-    rng = np.random.default_rng(1)
-    targets = rng.integers(0, 4, size=120)
-    logits = rng.normal(0.0, 0.5, size=(120, 4))
-    logits[np.arange(120), targets] += 3.0
+    logits, targets = _all_right()
     logits[0, (targets[0] + 1) % 4] += 10.0  # one confident error
     assert lowest_temperature(logits, targets) == MIN_TEMPERATURE
     assert fit_temperature(logits, targets) > MIN_TEMPERATURE

@@ -3,14 +3,10 @@ split cut in turn, the variants and the peers paired with taas on the rare class
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
+from benchmark_runs import run_benchmark
 from synthetic import synthetic_data, write_csv
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_each_class_in_turn_is_cut_and_every_system_is_reported(tmp_path: Path) -> None:
@@ -18,23 +14,16 @@ def test_each_class_in_turn_is_cut_and_every_system_is_reported(tmp_path: Path) 
     folder.mkdir()
     write_csv(folder / "train.csv", synthetic_data(15, seed=1))
 
-    ran = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "imbalance.py"),
-            str(folder),
-            "--rare-rows=2",
-            "--folds=3",
-            "--set=cross_fit_folds=0",
-            "--variant=plain:class_balance=0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
+    lines = run_benchmark(
+        "imbalance.py",
+        str(folder),
+        "--rare-rows=2",
+        "--folds=3",
+        "--set=cross_fit_folds=0",
+        "--variant=plain:class_balance=0",
     )
 
-    rows = {row["system"]: row for row in map(json.loads, ran.stdout.splitlines())}
+    rows = {row["system"]: row for row in lines}
     assert set(rows) == {"taas", "plain", "tfidf-logreg", "tfidf-svm"}
     for system, row in rows.items():
         assert row["dataset"] == "tiny-intents" and row["rare_rows"] == 2

@@ -4,23 +4,11 @@ the model started at a saddle and early stopping saw no better accuracy in time.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from benchmark_runs import run_benchmark
 
 
 def test_250_classes_of_6_rows_each_are_learned() -> None:
-    ran = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "many_classes.py"), "250x6"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    row = json.loads(ran.stdout.splitlines()[-1])
+    row = run_benchmark("many_classes.py", "250x6")[-1]
 
     assert row["set"] == "250x6"
     assert row["centroid"] >= 0.95  # the signal is plain: a gap is the trainer's

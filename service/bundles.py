@@ -3,9 +3,11 @@ new, Available classifier (the format and its checks: :mod:`trainer.bundle`).
 
 An import checks the whole bundle and loads the model before anything is kept: a tampered,
 truncated, oversized or unloadable bundle is a 400 naming the problem, with no row and no file
-left behind. The imported classifier has one version, serving, with no dataset and no training
-job; its metrics are the ones the exporting installation measured. It can be retrained (a new
-version) like any other.
+left behind. The model is stored (on S3 too, where the store has a remote) before the
+transaction that checks the quota and writes the rows, so a slow upload holds no database lock.
+The imported classifier has one version, serving, with no dataset and no training job; its
+metrics are the ones the exporting installation measured. It can be retrained (a new version)
+like any other.
 """
 
 from __future__ import annotations
@@ -19,8 +21,16 @@ from sqlalchemy.orm import Session
 
 from service import jobs, quotas, status_events
 from service.classifiers import check_language, check_nlc_name
+from service.datasets import remove_unrecorded, store_unavailable
 from service.errors import BadRequest, Conflict
-from service.models import Classifier, ClassifierMode, ClassifierStatus, ClassifierVersion, TrainedModel
+from service.models import (
+    Classifier,
+    ClassifierMode,
+    ClassifierStatus,
+    ClassifierVersion,
+    TrainedModel,
+    new_id,
+)
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.bundle import BundleInvalid, extract_bundle, write_bundle
@@ -72,6 +82,7 @@ def import_bundle(
             raise BadRequest(BUNDLE_FIELD, str(exc)) from None
         about = extracted.about
         classifier = Classifier(
+            id=new_id(),
             tenant_id=tenant_id,
             name=check_nlc_name(
                 about.get("name", "") if name is None else name, "name", settings.max_name_chars
@@ -86,42 +97,47 @@ def import_bundle(
             created_at=now,
             updated_at=now,
         )
-        quotas.check_can_import_classifier(session, settings, tenant_id)
-        _add(session, store, classifier, staging, now=now)
+        try:
+            try:
+                classifier.model_dir = _store_model(store, classifier, staging)
+            except Exception as exc:
+                raise store_unavailable(store, exc) from exc
+            quotas.check_can_import_classifier(session, settings, tenant_id)
+            _add(session, classifier, now=now)
+        except BaseException:
+            session.rollback()
+            remove_unrecorded(store, store.classifier_dir(tenant_id, classifier.id), folder=True)
+            raise
         return classifier
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _add(
-    session: Session, store: ArtifactStore, classifier: Classifier, staging: Path, *, now: datetime
-) -> None:
-    """Commit ``classifier`` and its version 1 with the model in ``staging`` as its model folder,
-    and its event."""
-    tenant_id = classifier.tenant_id
+def _store_model(store: ArtifactStore, classifier: Classifier, staging: Path) -> str:
+    """Move the checked model in ``staging`` to the new classifier's version 1, here and on the
+    remote store, before any database write (a slow upload holds no lock); its relative path."""
+    model_dir = store.model_dir(classifier.tenant_id, classifier.id, 1) / IMPORTED
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(staging, model_dir)
+    store.publish(model_dir)
+    return store.relative(model_dir)
+
+
+def _add(session: Session, classifier: Classifier, *, now: datetime) -> None:
+    """Commit ``classifier`` and its version 1 (its model already stored), and its event."""
     session.add(classifier)
+    version = ClassifierVersion(
+        classifier_id=classifier.id,
+        tenant_id=classifier.tenant_id,
+        number=1,
+        status=classifier.status,
+        status_description=classifier.status_description,
+        model_dir=classifier.model_dir,
+        metrics=classifier.metrics,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(version)
     session.flush()
-    model_dir = store.model_dir(tenant_id, classifier.id, 1) / IMPORTED
-    try:
-        model_dir.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(staging, model_dir)
-        store.publish(model_dir)  # stored for every node before the row names it
-        classifier.model_dir = store.relative(model_dir)
-        version = ClassifierVersion(
-            classifier_id=classifier.id,
-            tenant_id=tenant_id,
-            number=1,
-            status=classifier.status,
-            status_description=classifier.status_description,
-            model_dir=classifier.model_dir,
-            metrics=classifier.metrics,
-            created_at=now,
-            updated_at=now,
-        )
-        session.add(version)
-        status_events.record_created(session, version, callback_url=None, now=now)
-        session.commit()
-    except BaseException:
-        session.rollback()
-        store.delete_classifier(tenant_id, classifier.id)
-        raise
+    status_events.record_created(session, version, callback_url=None, now=now)
+    session.commit()

@@ -11,7 +11,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from service import jobs, quotas, status_events, versions, webhooks
-from service.datasets import StagedDataset, keep_dataset
+from service.datasets import StagedDataset, keep_dataset, undone_on_failure
 from service.errors import BadRequest, Conflict, NotFound
 from service.models import Classifier, ClassifierMode, ClassifierStatus, Dataset, JobEvent, JobState, Promote
 from service.queue import enqueue_training
@@ -64,7 +64,7 @@ def create_classifier(
 
     On any failure before the commit nothing is kept: no rows, no files.
     """
-    with versions.undone_on_failure(session, source):
+    with undone_on_failure(session, store, source):
         keep_dataset(session, source)
         classifier = Classifier(
             tenant_id=tenant_id,
@@ -80,11 +80,12 @@ def create_classifier(
         )
         session.add(classifier)
         session.flush()
-        job, dataset, moves = versions.add_training(
+        job, dataset = versions.add_training(
             session, store, classifier, number=1, source=source, now=now, callback_url=callback_url
         )
         classifier.dataset_id = dataset.id
-    versions.commit_training(session, store, settings, job, moves)
+        session.commit()
+    versions.start_training(session, settings, job)
     return classifier
 
 

@@ -1,12 +1,18 @@
 """Stored training sets: validate an upload, store it once as canonical CSV, list, delete.
 
-Nothing is left behind on failure: the canonical file is written to the store's staging
-area, validated, and moved into place only together with the commit of its row.
+Nothing is left behind on failure. An upload is validated into the store's staging area, then
+stored under the id its dataset row will have, here and on the remote store (S3) when there is
+one, *before* the transaction that writes the row begins: a slow upload holds no database lock
+(SQLite has one for the whole database; a worker's lease renewal would wait behind it). When
+that transaction does not commit (a quota, a concurrent delete, a failed write), the stored
+file is removed again from both copies (:func:`undone_on_failure`).
 """
 
 from __future__ import annotations
 
-from contextlib import suppress
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,29 +21,76 @@ from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
 from service.db import hold_write_lock
-from service.errors import BadRequest, Conflict, NotFound
-from service.models import ClassifierVersion, Dataset, DatasetOrigin, JobState, TrainingJob
+from service.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
+from service.models import ClassifierVersion, Dataset, DatasetOrigin, JobState, TrainingJob, new_id
 from service.store import ArtifactStore
 from service.tenancy import well_formed_id
 from service.training_data import InputFormat, Limits, Summary, convert, unprintable
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class StagedDataset:
-    """A validated canonical CSV in the staging area, not yet stored or recorded."""
+    """A validated canonical CSV, stored under its dataset's id but not yet recorded: no row
+    names it until :func:`add_dataset`'s transaction commits."""
 
+    id: str
+    tenant_id: str
     path: Path
     summary: Summary
 
 
-def stage_upload(store: ArtifactStore, upload: Path, fmt: InputFormat, limits: Limits) -> StagedDataset:
-    """Validate ``upload`` into a staged canonical CSV. Raises InvalidTrainingData (nothing kept)."""
-    staged = store.temp_path(".csv")
+def stage_upload(
+    store: ArtifactStore, upload: Path, fmt: InputFormat, limits: Limits, *, tenant_id: str
+) -> StagedDataset:
+    """Validate ``upload`` and store it as the canonical CSV of a new dataset of ``tenant_id``
+    (here and on the remote store), before any database write. Raises InvalidTrainingData, or
+    ServiceUnavailable when the store cannot take it; nothing is kept either way."""
+    temp = store.temp_path(".csv")
     try:
-        return StagedDataset(staged, convert(upload, staged, fmt, limits))
+        summary = convert(upload, temp, fmt, limits)
     except BaseException:
-        staged.unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
         raise
+    dataset_id = new_id()
+    dest = store.dataset_path(tenant_id, dataset_id)
+    try:
+        store.put_file(temp, dest)  # consumes temp, even on failure
+    except Exception as exc:
+        remove_unrecorded(store, dest)
+        raise store_unavailable(store, exc) from exc
+    return StagedDataset(dataset_id, tenant_id, dest, summary)
+
+
+def store_unavailable(store: ArtifactStore, exc: Exception) -> ServiceUnavailable:
+    """The 503 for an upload the artifact store (its remote, where it has one) did not take."""
+    where = (store.remote or store).describe()
+    return ServiceUnavailable(f"the artifact store {where} could not store the upload: {exc}")
+
+
+@contextmanager
+def undone_on_failure(
+    session: Session, store: ArtifactStore, source: StagedDataset | Dataset
+) -> Iterator[None]:
+    """On any failure inside (a commit included): roll back, and remove a staged upload's file
+    from both copies of the store."""
+    try:
+        yield
+    except BaseException:
+        session.rollback()
+        if isinstance(source, StagedDataset):
+            remove_unrecorded(store, source.path)
+        raise
+
+
+def remove_unrecorded(store: ArtifactStore, path: Path, *, folder: bool = False) -> None:
+    """Delete a file (or folder) that no row names, here and on the remote; a failure is logged,
+    not raised, since the caller is raising the error that made it unwanted."""
+    try:
+        store.delete_tree(path) if folder else store.delete_file(path)
+    except Exception:
+        log.exception("could not remove the unrecorded upload %s", path)
 
 
 def check_name(name: object, field: str, max_chars: int) -> str:
@@ -54,17 +107,18 @@ def add_dataset(
     store: ArtifactStore,
     staged: StagedDataset,
     *,
-    tenant_id: str,
     name: str,
     origin: DatasetOrigin,
     now: datetime,
 ) -> Dataset:
-    """Add the dataset row to the session (flushed, not committed); pair with :func:`commit_files`."""
+    """Add the staged upload's dataset row to the session (flushed, not committed); call it
+    inside :func:`undone_on_failure`."""
     dataset = Dataset(
-        tenant_id=tenant_id,
+        id=staged.id,
+        tenant_id=staged.tenant_id,
         name=name,
         origin=origin.value,
-        path="",
+        path=store.relative(staged.path),
         rows=staged.summary.rows,
         classes=staged.summary.classes,
         size_bytes=staged.summary.size_bytes,
@@ -73,41 +127,16 @@ def add_dataset(
     )
     session.add(dataset)
     session.flush()
-    dataset.path = store.relative(store.dataset_path(tenant_id, dataset.id))
-    session.flush()
     return dataset
 
 
-def commit_files(session: Session, store: ArtifactStore, moves: list[tuple[Path, Path]]) -> None:
-    """Move each staged file to its destination, then commit; on any failure undo both.
-
-    Raises whatever failed, after rolling back and removing every staged and moved file.
-    """
-    try:
-        for source, dest in moves:
-            store.put_file(source, dest)
-        session.commit()
-    except BaseException:
-        session.rollback()
-        for path in (p for move in moves for p in move):
-            with suppress(OSError):
-                path.unlink(missing_ok=True)
-        raise
-
-
 def create_dataset(
-    session: Session, store: ArtifactStore, staged: StagedDataset, *, tenant_id: str, name: str, now: datetime
+    session: Session, store: ArtifactStore, staged: StagedDataset, *, name: str, now: datetime
 ) -> Dataset:
-    """Store a staged upload as a tenant's dataset; commits. On failure nothing is kept."""
-    try:
-        dataset = add_dataset(
-            session, store, staged, tenant_id=tenant_id, name=name, origin=DatasetOrigin.UPLOAD, now=now
-        )
-    except BaseException:
-        session.rollback()
-        staged.path.unlink(missing_ok=True)
-        raise
-    commit_files(session, store, [(staged.path, store.resolve(dataset.path))])
+    """Record a staged upload as its tenant's dataset; commits. On failure nothing is kept."""
+    with undone_on_failure(session, store, staged):
+        dataset = add_dataset(session, store, staged, name=name, origin=DatasetOrigin.UPLOAD, now=now)
+        session.commit()
     return dataset
 
 

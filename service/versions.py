@@ -15,16 +15,13 @@ A promote changes what classify serves: the caller announces the tenant
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from service import jobs, status_events, version_view, webhooks
-from service.datasets import StagedDataset, add_dataset, commit_files, keep_dataset
+from service.datasets import StagedDataset, add_dataset, keep_dataset, undone_on_failure
 from service.errors import Conflict, NotFound
 from service.models import (
     Classifier,
@@ -50,22 +47,13 @@ def add_training(
     source: StagedDataset | Dataset,
     now: datetime,
     callback_url: str | None,
-) -> tuple[TrainingJob, Dataset, list[tuple[Path, Path]]]:
+) -> tuple[TrainingJob, Dataset]:
     """Add version ``number`` of ``classifier`` with its queued job, and for an upload its own
-    dataset (not committed). Returns the job, the dataset and the file moves that
-    :func:`service.datasets.commit_files` makes with the commit."""
-    moves: list[tuple[Path, Path]] = []
+    dataset (not committed; call it inside :func:`service.datasets.undone_on_failure`)."""
     if isinstance(source, StagedDataset):
         dataset = add_dataset(
-            session,
-            store,
-            source,
-            tenant_id=classifier.tenant_id,
-            name=classifier.name,
-            origin=DatasetOrigin.CLASSIFIER,
-            now=now,
+            session, store, source, name=classifier.name, origin=DatasetOrigin.CLASSIFIER, now=now
         )
-        moves.append((source.path, store.resolve(dataset.path)))
     else:
         dataset = source
     checkpoint_dir = store.relative(store.checkpoint_dir(classifier.tenant_id, classifier.id, number))
@@ -78,31 +66,12 @@ def add_training(
         now=now,
         callback_url=callback_url,
     )
-    return job, dataset, moves
+    return job, dataset
 
 
-@contextmanager
-def undone_on_failure(session: Session, source: StagedDataset | Dataset) -> Iterator[None]:
-    """On any failure inside: roll back, and remove a staged upload."""
-    try:
-        yield
-    except BaseException:
-        session.rollback()
-        if isinstance(source, StagedDataset):
-            source.path.unlink(missing_ok=True)
-        raise
-
-
-def commit_training(
-    session: Session,
-    store: ArtifactStore,
-    settings: Settings,
-    job: TrainingJob,
-    moves: list[tuple[Path, Path]],
-) -> None:
-    """Commit a new training (its rows, with the file moves), then wake a worker and send its
-    status event. If the message cannot be sent the job stays queued for the reconciler."""
-    commit_files(session, store, moves)
+def start_training(session: Session, settings: Settings, job: TrainingJob) -> None:
+    """After a new training's commit: wake a worker and send its status event. If the message
+    cannot be sent the job stays queued for the reconciler."""
     try:
         enqueue_training(settings, job.id)
     except Exception:
@@ -124,7 +93,7 @@ def create_version(
     transaction) and wake a worker; the serving version keeps serving. While no version serves
     yet, the classifier's view moves to the new one. On any failure before the commit nothing
     is kept."""
-    with undone_on_failure(session, source):
+    with undone_on_failure(session, store, source):
         keep_dataset(session, source)
         jobs.lock_existing_classifier(session, classifier.id)
         numbered = session.execute(
@@ -134,7 +103,7 @@ def create_version(
             .returning(Classifier.latest_version, Classifier.serving_version)
             .execution_options(synchronize_session=False)
         ).one()
-        job, dataset, moves = add_training(
+        job, dataset = add_training(
             session,
             store,
             classifier,
@@ -156,7 +125,8 @@ def create_version(
                 )
                 .execution_options(synchronize_session=False)
             )
-    commit_training(session, store, settings, job, moves)
+        session.commit()
+    start_training(session, settings, job)
     jobs.reread(session, classifier)
     return get_version(session, classifier, numbered.latest_version)
 

@@ -1,14 +1,15 @@
 """Turn received uploads into domain calls: NLC create, JSON create, dataset upload.
 
-Blocking (validation and file moves): routes run these in the thread pool. Each one
-discards the spooled upload whatever happens. Quotas are checked after validation (the sizes
-are known then) and inside the transaction that adds the rows (``service.quotas``).
+Blocking (validation, file moves, the upload to a remote store): routes run these in the thread
+pool. Each one discards the spooled upload whatever happens. An upload is validated and stored
+(:func:`service.datasets.stage_upload`) before the transaction begins; quotas are then checked
+(the sizes are known) inside the transaction that adds the rows (``service.quotas``), and a
+refusal removes the stored file again.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from enum import StrEnum
 from typing import TypeVar
 
@@ -47,17 +48,15 @@ def classifier_from_upload(
         mode = _choice(
             ClassifierMode, metadata.get("mode", ClassifierMode.SINGLE_LABEL.value), "training_metadata.mode"
         )
-        staged = _stage_training_data(upload, store, settings)
-        _or_discard(
-            staged,
-            lambda: quotas.check_can_create_classifier(
+        staged = _stage_training_data(upload, store, settings, tenant_id)
+        with datasets.undone_on_failure(session, store, staged):
+            quotas.check_can_create_classifier(
                 session,
                 settings,
                 tenant_id,
                 dataset_bytes=staged.summary.size_bytes,
                 dataset_rows=staged.summary.rows,
-            ),
-        )
+            )
         return classifiers.create_classifier(
             session,
             store,
@@ -84,17 +83,15 @@ def version_from_upload(
         raw = upload.fields.get(TRAINING_METADATA)
         metadata = {} if raw is None else _metadata(raw)
         callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
-        staged = _stage_training_data(upload, store, settings)
-        _or_discard(
-            staged,
-            lambda: quotas.check_can_add_version(
+        staged = _stage_training_data(upload, store, settings, classifier.tenant_id)
+        with datasets.undone_on_failure(session, store, staged):
+            quotas.check_can_add_version(
                 session,
                 settings,
                 classifier.tenant_id,
                 dataset_bytes=staged.summary.size_bytes,
                 dataset_rows=staged.summary.rows,
-            ),
-        )
+            )
         return versions.create_version(
             session, store, settings, classifier, source=staged, now=utcnow(), callback_url=callback_url
         )
@@ -160,24 +157,26 @@ def dataset_from_upload(
             name if name is not None else upload.fields.get("name", b"dataset").decode("utf-8", "replace")
         )
         checked = datasets.check_name(raw_name, "name", settings.max_name_chars)
-        staged = datasets.stage_upload(store, data, "labelled", Limits.from_settings(settings))
-        _or_discard(
-            staged,
-            lambda: quotas.check_can_store_dataset(
+        staged = datasets.stage_upload(
+            store, data, "labelled", Limits.from_settings(settings), tenant_id=tenant_id
+        )
+        with datasets.undone_on_failure(session, store, staged):
+            quotas.check_can_store_dataset(
                 session, settings, tenant_id, size_bytes=staged.summary.size_bytes, rows=staged.summary.rows
-            ),
-        )
-        return datasets.create_dataset(
-            session, store, staged, tenant_id=tenant_id, name=checked, now=utcnow()
-        )
+            )
+        return datasets.create_dataset(session, store, staged, name=checked, now=utcnow())
     finally:
         upload.discard()
 
 
-def _stage_training_data(upload: Upload, store: ArtifactStore, settings: Settings) -> datasets.StagedDataset:
+def _stage_training_data(
+    upload: Upload, store: ArtifactStore, settings: Settings, tenant_id: str
+) -> datasets.StagedDataset:
     if TRAINING_DATA not in upload.files:
         raise BadRequest(TRAINING_DATA, "the multipart part 'training_data' is required")
-    return datasets.stage_upload(store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings))
+    return datasets.stage_upload(
+        store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings), tenant_id=tenant_id
+    )
 
 
 def _choice(kind: type[_Choice], value: object, field: str) -> _Choice:
@@ -186,14 +185,6 @@ def _choice(kind: type[_Choice], value: object, field: str) -> _Choice:
     if not isinstance(value, str) or value not in choices:
         raise BadRequest(field, f"must be one of {', '.join(map(repr, choices))}")
     return kind(value)
-
-
-def _or_discard(staged: datasets.StagedDataset, check: Callable[[], None]) -> None:
-    try:
-        check()
-    except BaseException:
-        staged.path.unlink(missing_ok=True)
-        raise
 
 
 def _callback_url(value: object, field: str, settings: Settings) -> str | None:

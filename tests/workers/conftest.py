@@ -86,7 +86,7 @@ def queue_job(session: Session, worker_settings: Settings, tmp_path: Path) -> Ca
             ).tenant_id
         upload = tmp_path / f"upload-{uuid.uuid4().hex}.csv"
         shutil.copyfile(csv_path, upload)
-        staged = stage_upload(store, upload, "labelled", Limits.from_settings(settings))
+        staged = stage_upload(store, upload, "labelled", Limits.from_settings(settings), tenant_id=tenant_id)
         classifier = create_classifier(
             session,
             store,

@@ -1,0 +1,175 @@
+"""Uploads to S3 (a real moto server) hold no database lock, and an upload the database then
+refuses, or S3 does not take, leaves nothing behind.
+
+Every upload (a dataset, an NLC create, a new version, a bundle import) is stored before the
+transaction that checks the tenant's quota and writes the rows. Were it sent inside that
+transaction, it would hold SQLite's one write lock, which every writer shares (a worker's lease
+renewal too), or on PostgreSQL the tenant's row lock, for as long as the upload takes.
+"""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
+
+from service.artifacts import layout
+from service.artifacts.s3 import S3ArtifactStore
+from service.settings import Settings
+from tests.conftest import TenantHandle
+from tests.service.helpers import NLC_CSV, nlc_files, train_tiny_model
+from trainer.bundle import write_bundle
+
+pytestmark = pytest.mark.integration
+
+DATASET_CSV = b"text,label\n" + b"".join(
+    f"{text},{label}\n".encode() for text, label in [("is it hot", "temp"), ("will it rain", "rain")] * 3
+)
+
+
+@pytest.fixture
+def settings(
+    settings_factory: Callable[..., Settings], tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> Settings:
+    """An API node whose artifact store is the bucket (the ``client`` fixture builds on these)."""
+    return settings_factory(
+        redis_url=None,
+        artifacts_url=f"s3://{s3_bucket}/taas",
+        s3_endpoint_url=s3_endpoint,
+        s3_addressing_style="path",
+    )
+
+
+def _tenant_lock_is_free(database_url: str, tenant_id: str) -> bool:
+    """Whether another connection could take, at once, the lock an upload's transaction takes
+    for its quota check: SQLite's write lock, or the tenant's row on PostgreSQL."""
+    if database_url.startswith("sqlite"):
+        probe = sqlite3.connect(str(make_url(database_url).database), timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:  # "database is locked"
+            return False
+        finally:
+            probe.close()
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT id FROM tenants WHERE id = :id FOR UPDATE NOWAIT"), {"id": tenant_id})
+            conn.rollback()
+        return True
+    except OperationalError:  # lock_not_available
+        return False
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def lock_seen_by_uploads(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> Iterator[list[bool]]:
+    """Each real S3 upload first records whether the tenants' lock is free at that moment."""
+    seen: list[bool] = []
+    upload = S3ArtifactStore.upload
+
+    def probing_upload(self: S3ArtifactStore, source: Path, key: str) -> None:
+        seen.append(_tenant_lock_is_free(settings.database_url, key.split("/")[1]))
+        upload(self, source, key)
+
+    monkeypatch.setattr(S3ArtifactStore, "upload", probing_upload)
+    yield seen
+
+
+def _bundle(tmp_path: Path) -> bytes:
+    out = io.BytesIO()
+    write_bundle(train_tiny_model(tmp_path / "tiny"), out, about={"name": "weather", "language": "en"})
+    return out.getvalue()
+
+
+def _remote_keys(bucket: str, endpoint: str, prefix: str) -> list[str]:
+    listing = boto3.client("s3", endpoint_url=endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return [item["Key"] for item in listing.get("Contents", [])]
+
+
+def _post_dataset(client: TestClient, tenant: TenantHandle) -> httpx.Response:
+    files = {"training_data": ("data.csv", DATASET_CSV, "text/csv")}
+    return client.post("/v1/datasets", files=files, headers=tenant.headers)
+
+
+def _import(client: TestClient, tenant: TenantHandle, bundle: bytes) -> httpx.Response:
+    files = {"bundle": ("model.taas", bundle, "application/gzip")}
+    return client.post("/v1/classifiers/import", files=files, headers=tenant.headers)
+
+
+def test_every_upload_reaches_s3_while_no_database_lock_is_held(
+    client: TestClient, tenant: TenantHandle, lock_seen_by_uploads: list[bool], tmp_path: Path
+) -> None:
+    assert _post_dataset(client, tenant).status_code == 201
+    created = client.post("/v1/classifiers", files=nlc_files(), headers=tenant.headers)
+    assert created.status_code == 200, created.text
+    classifier_id = created.json()["classifier_id"]
+    version = client.post(
+        f"/v1/classifiers/{classifier_id}/versions",
+        files={"training_data": (None, NLC_CSV, "text/csv")},
+        headers=tenant.headers,
+    )
+    assert version.status_code == 201, version.text
+    assert _import(client, tenant, _bundle(tmp_path)).status_code == 201
+
+    # three datasets and the imported model's files, each uploaded with the lock free
+    assert len(lock_seen_by_uploads) > 3
+    assert all(lock_seen_by_uploads), lock_seen_by_uploads
+
+
+def _quota(client: TestClient, admin: dict[str, str], tenant: TenantHandle, **changes: int) -> None:
+    reply = client.patch(f"/v1/admin/tenants/{tenant.id}/quotas", json=changes, headers=admin)
+    assert reply.status_code == 200, reply.text
+
+
+def test_an_upload_the_quota_refuses_leaves_no_object_in_s3(
+    client: TestClient,
+    tenant: TenantHandle,
+    admin_headers: dict[str, str],
+    settings: Settings,
+    s3_bucket: str,
+    s3_endpoint: str,
+    tmp_path: Path,
+) -> None:
+    _quota(client, admin_headers, tenant, dataset_bytes=10, classifiers=0)
+    refused: list[Any] = [
+        _post_dataset(client, tenant),
+        client.post("/v1/classifiers", files=nlc_files(), headers=tenant.headers),
+        _import(client, tenant, _bundle(tmp_path)),
+    ]
+
+    assert [r.status_code for r in refused] == [403, 403, 403], [r.text for r in refused]
+    assert "quota 'dataset_bytes' exceeded" in refused[0].json()["description"]
+    prefix = f"taas/{layout.tenant_prefix(tenant.id)}/"
+    assert _remote_keys(s3_bucket, s3_endpoint, prefix) == []
+    local = settings.resolved_artifacts_dir() / layout.tenant_prefix(tenant.id)
+    assert not [p for p in local.rglob("*") if p.is_file()]
+
+
+def test_an_upload_s3_does_not_take_is_503_naming_the_store_and_leaves_nothing(
+    client: TestClient, tenant: TenantHandle, settings: Settings, s3_bucket: str, s3_endpoint: str
+) -> None:
+    boto3.client("s3", endpoint_url=s3_endpoint).delete_bucket(Bucket=s3_bucket)  # S3 loses it
+
+    reply = _post_dataset(client, tenant)
+
+    assert reply.status_code == 503, reply.text
+    assert (
+        f"the artifact store s3://{s3_bucket}/taas could not store the upload" in reply.json()["description"]
+    )
+    assert client.get("/v1/datasets", headers=tenant.headers).json()["datasets"] == []
+    local = settings.resolved_artifacts_dir() / layout.tenant_prefix(tenant.id)
+    assert not [p for p in local.rglob("*") if p.is_file()]
+    assert client.get("/v1/classifiers", headers=tenant.headers).json()["classifiers"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from trainer.data import LabelledData
 from trainer.engine import train
 from trainer.hparams import HParams
 from trainer.inference import LoadedModel
+from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer
 
 pytestmark = [
     pytest.mark.gpu,
@@ -35,3 +37,41 @@ def test_cuda_learners_apply_every_pushed_gradient_once_and_the_model_loads_on_c
     assert result.ps["applied"] == result.ps["pushed"] == result.applied_updates
     assert result.metrics["accuracy"] >= 0.9  # type: ignore[operator]
     assert LoadedModel.load(tmp_path / "m").classify(["play a jazz song"])[0][0][0] == "music"
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_applies_from_different_streams_never_overlap(kind: str) -> None:
+    """A dense parameter's update (and Adam's moments) is a read-modify-write: were two learners'
+    applies, queued on their own streams, to run at the same time, one update would be lost.
+    Each apply waits on the GPU for the one before it, so the sum of K x N unit steps is exact
+    (SGD), or the step count matches a sequential run (Adam's bias correction: every update
+    of ones moves each element by the same amount)."""
+    device, learners, pushes, width = torch.device("cuda"), 4, 200, 1 << 22  # long kernels
+    opt = OptimizerConfig(kind=kind, lr=1.0 if kind == "sgd" else 1e-3, staleness_aware=False)
+    ps = ParameterServer.create([(torch.zeros(width), False)], opt, learners, 0, shared=False, device=device)
+    streams = [torch.cuda.Stream(device=device) for _ in range(learners)]
+    no_rows = torch.empty(0, dtype=torch.long, device=device)
+
+    def learner(rank: int) -> None:
+        with torch.cuda.stream(streams[rank]):
+            for i in range(pushes):
+                grad = torch.ones(width, device=device)
+                ps.push(rank, Gradient(no_rows, [grad]), ps.version(), i + 1, 1)
+
+    threads = [threading.Thread(target=learner, args=(rank,)) for rank in range(learners)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    torch.cuda.synchronize()
+
+    assert ps.stats().applied == learners * pushes
+    result = ps.params[0]
+    if kind == "sgd":
+        assert bool(result.eq(-learners * pushes).all())
+    else:
+        expected = torch.zeros(1)
+        sequential = ParameterServer.create([(expected, False)], opt, 1, 0, shared=False)
+        for i in range(learners * pushes):
+            sequential.push(0, Gradient(torch.empty(0, dtype=torch.long), [torch.ones(1)]), i, i + 1, 1)
+        assert torch.allclose(result.cpu(), sequential.params[0].expand(width), rtol=1e-5, atol=1e-7)

@@ -114,6 +114,13 @@ class ParameterServer:
         # applied it has finished reading. On CPU this is a no-op.
         on_cuda = self.params[0].is_cuda
         self._sync = (lambda: torch.cuda.current_stream().synchronize()) if on_cuda else (lambda: None)
+        # CUDA: the role holder's apply is queued on its own stream, and the direct path
+        # releases the role without waiting for it, so the next holder's apply, on another
+        # stream, could run at the same time: two read-modify-writes of a dense parameter (or
+        # of Adam's moments) would lose one update. Each apply therefore waits, on the GPU,
+        # for the one before it (this event, recorded after every apply, under the role);
+        # the CPU never waits. On CPU applies are synchronous and this is None.
+        self._applied: torch.cuda.Event | None = torch.cuda.Event() if on_cuda else None
 
     @classmethod
     def create(
@@ -287,6 +294,8 @@ class ParameterServer:
     ) -> None:
         """Apply one gradient of learner ``rank``. Caller holds the apply role."""
         start = time.perf_counter_ns()
+        if self._applied is not None:
+            torch.cuda.current_stream().wait_event(self._applied)
         server = self.server
         staleness = int(server[C.VERSION]) - base_version
         server[C.HIST + staleness_bucket(staleness)] += 1
@@ -320,6 +329,8 @@ class ParameterServer:
         # The learner's committed cursor moves with the apply (or the drop) of its gradient,
         # under the same role: a checkpoint never sees one without the other.
         self.counters.learner(rank)[C.CURSOR] = position
+        if self._applied is not None:
+            self._applied.record()  # on this stream, after this apply's kernels
         server[C.APPLY_NS] += time.perf_counter_ns() - start
 
     # --- recovery (caller makes sure every learner is parked or gone) ----------------------

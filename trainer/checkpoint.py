@@ -84,12 +84,18 @@ def load_verified(path: Path) -> dict[str, Any]:
     return state
 
 
+def checkpoint_version(name: str) -> int | None:
+    """The version a checkpoint file's name carries; None for any other name."""
+    match = _NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
 def list_checkpoints(workdir: Path) -> list[tuple[int, Path]]:
     """(version, path) of the checkpoint files in ``workdir``, newest first."""
     workdir = Path(workdir)
     if not workdir.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in workdir.iterdir() if (m := _NAME.match(p.name))]
+    found = [(v, p) for p in workdir.iterdir() if (v := checkpoint_version(p.name)) is not None]
     return sorted(found, reverse=True)
 
 

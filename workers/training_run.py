@@ -51,7 +51,7 @@ from service.jobs import (
 from service.models import Classifier
 from service.settings import Settings
 from service.store import ArtifactStore
-from trainer.checkpoint import list_checkpoints
+from trainer.checkpoint import KEEP, checkpoint_version, list_checkpoints
 from trainer.data import read_labelled_csv
 from trainer.engine import Progress, train
 from trainer.errors import InvalidTrainingData, NonFiniteLoss, TrainerError, TrainingStopped
@@ -230,7 +230,16 @@ class _JobRun:
         clock = time.monotonic()
         phase_changed = progress.phase != self._last_phase
         if phase_changed and progress.phase == "training" and self.resumed_from is not None:
-            self._record_resumed(self.resumed_from)
+            # progress.step: where the trainer did resume, before the recorded step when that
+            # checkpoint was unusable and it fell back to the one before
+            if progress.step < self.resumed_from:
+                log.warning(
+                    "job %s: the checkpoint at update %d is unusable; resuming from update %d",
+                    self.job_id,
+                    self.resumed_from,
+                    progress.step,
+                )
+            self._record_resumed(progress.step)
         if not phase_changed and clock - self._last_progress < self.settings.progress_every_seconds:
             return
         self._last_phase, self._last_progress = progress.phase, clock
@@ -348,25 +357,50 @@ class _CheckpointWatcher:
 
 
 def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> int | None:
-    """Put the job's recorded checkpoint into this claim's fresh ``workdir``; returns its step.
+    """Put the job's recorded checkpoint, and the older one the trainer kept beside it, into
+    this claim's fresh ``workdir``; returns the recorded step, None when there is nothing to
+    resume from.
 
-    A hard link (the trainer never rewrites a file in place, it writes a new one and renames),
-    or a copy across file systems. None when there is nothing to resume from.
+    The trainer resumes from the newest intact file there, so a recorded checkpoint that is
+    found corrupt (a bad disk, an altered object) costs the updates since its predecessor
+    instead of failing every attempt. Hard links (the trainer never rewrites a file in place,
+    it writes a new one and renames), or copies across file systems.
     """
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True, exist_ok=True)
     if context.checkpoint_path is None:
         return None
-    source = store.resolve(context.checkpoint_path)
-    target = workdir / source.name
-    try:
-        os.link(store.fetch(source), target)
-    except FileNotFoundError:
-        log.warning("job %s: recorded checkpoint %s is missing; starting over", context.job_id, source)
+    recorded = store.resolve(context.checkpoint_path)
+    seeded = 0
+    for source in _kept_with(store, recorded):
+        target = workdir / source.name
+        try:
+            os.link(store.fetch(source), target)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            shutil.copyfile(source, target)
+        seeded += 1
+    if not seeded:
+        log.warning("job %s: recorded checkpoint %s is missing; starting over", context.job_id, recorded)
         return None
-    except OSError:
-        shutil.copyfile(source, target)
     return context.checkpoint_step
+
+
+def _kept_with(store: ArtifactStore, recorded: Path) -> list[Path]:
+    """``recorded`` and the older checkpoints its folder keeps (here or in the remote store),
+    newest first. Newer files there were never recorded and are left out."""
+    folder = recorded.parent
+    names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    if store.remote is not None:
+        names |= {key.rsplit("/", 1)[-1] for key in store.remote.list_keys(store.relative(folder))}
+    newest = checkpoint_version(recorded.name)
+    older = sorted(
+        (version, name)
+        for name in names
+        if (version := checkpoint_version(name)) is not None and newest is not None and version < newest
+    )
+    return [recorded] + [folder / name for _, name in reversed(older[-(KEEP - 1) :])]
 
 
 def _tenant_reason(error: TrainerError) -> str:

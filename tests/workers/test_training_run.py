@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.jobs import BackOff, claim_job, requeue_expired
-from service.models import Classifier, ClassifierStatus, JobState, TrainingJob
+from service.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.inference import LoadedModel
@@ -121,6 +122,40 @@ def test_worker_shutting_down_releases_its_lease_and_the_next_one_finishes(
     job, classifier = _reload(session, queued)
     assert (job.state, job.epoch, job.attempts) == (JobState.SUCCEEDED, 2, 2)
     assert classifier.status == ClassifierStatus.AVAILABLE
+
+
+def test_a_corrupt_recorded_checkpoint_resumes_from_the_one_kept_before_it(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    settings_factory: Callable[..., Settings],
+    session: Session,
+) -> None:
+    settings = settings_factory(redis_url=None, learners=1, checkpoint_every_updates=4)
+    queued = queue_job(intents_csv, settings)
+    store = ArtifactStore(settings.resolved_artifacts_dir())
+
+    def two_kept() -> bool:
+        return len(list(store.root.rglob("checkpoints/epoch-*/ckpt-*.pt"))) >= 2
+
+    with pytest.raises(JobInterrupted):  # shut down once the trainer keeps two checkpoints
+        run_training_job(queued.job_id, settings, "host-a:1", stop_requested=two_kept)
+    job, _ = _reload(session, queued)
+    assert job.checkpoint_path is not None and job.checkpoint_step is not None
+    recorded_step = job.checkpoint_step
+    recorded = store.resolve(job.checkpoint_path)
+    blob = bytearray(recorded.read_bytes())
+    blob[-100] ^= 0xFF  # a flipped bit in the payload: the checksum no longer matches
+    recorded.write_bytes(bytes(blob))
+
+    run_training_job(queued.job_id, settings, "host-b:2")
+
+    job, classifier = _reload(session, queued)
+    assert (job.state, job.attempts, job.failures) == (JobState.SUCCEEDED, 2, 0)
+    assert classifier.status == ClassifierStatus.AVAILABLE
+    resumed = session.scalars(
+        select(JobEvent).where(JobEvent.job_id == queued.job_id, JobEvent.kind == "resumed")
+    ).all()
+    assert [event.step is not None and 0 < event.step < recorded_step for event in resumed] == [True]
 
 
 def test_invalid_training_data_fails_the_job_with_a_reason_the_tenant_can_read(

@@ -53,8 +53,14 @@ from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.checkpoint import KEEP, checkpoint_version, list_checkpoints
 from trainer.data import read_labelled_csv
-from trainer.engine import Progress, train
-from trainer.errors import InvalidTrainingData, NonFiniteLoss, TrainerError, TrainingStopped
+from trainer.engine import Progress, TrainResult, train
+from trainer.errors import (
+    CheckpointCorrupt,
+    InvalidTrainingData,
+    NonFiniteLoss,
+    TrainerError,
+    TrainingStopped,
+)
 from trainer.hparams import DEFAULT_HPARAMS, HParams
 from workers.lease import LeaseKeeper
 
@@ -182,8 +188,9 @@ class _JobRun:
         models = self.store.model_dir(context.tenant_id, context.classifier_id, context.version)
         model_dir = models / f"epoch-{lease.epoch}"
         staging = self.store.temp_path(".model")
-        try:
-            result = train(
+
+        def train_here() -> TrainResult:
+            return train(
                 data,
                 workdir=workdir,
                 out_dir=staging,
@@ -194,6 +201,20 @@ class _JobRun:
                 should_stop=self._should_stop,
                 multi_label=context.multi_label,
             )
+
+        try:
+            try:
+                result = train_here()
+            except CheckpointCorrupt as error:
+                if self.resumed_from is None:
+                    raise
+                # Neither kept checkpoint is intact: every retry would fail the same way, and
+                # a training from the start costs less than a failed job. The pointer keeps
+                # naming the corrupt file until a checkpoint passes its step.
+                log.warning("job %s: %s; training from the start", self.job_id, error)
+                self.resumed_from = None
+                _empty(workdir)
+                result = train_here()
             shutil.rmtree(model_dir, ignore_errors=True)
             model_dir.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging, model_dir)
@@ -366,8 +387,7 @@ def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> i
     instead of failing every attempt. Hard links (the trainer never rewrites a file in place,
     it writes a new one and renames), or copies across file systems.
     """
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True, exist_ok=True)
+    _empty(workdir)
     if context.checkpoint_path is None:
         return None
     recorded = store.resolve(context.checkpoint_path)
@@ -385,6 +405,12 @@ def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> i
         log.warning("job %s: recorded checkpoint %s is missing; starting over", context.job_id, recorded)
         return None
     return context.checkpoint_step
+
+
+def _empty(folder: Path) -> None:
+    """Make ``folder`` an empty directory."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 def _kept_with(store: ArtifactStore, recorded: Path) -> list[Path]:

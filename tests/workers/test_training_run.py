@@ -124,28 +124,31 @@ def test_worker_shutting_down_releases_its_lease_and_the_next_one_finishes(
     assert classifier.status == ClassifierStatus.AVAILABLE
 
 
-def test_a_corrupt_recorded_checkpoint_resumes_from_the_one_kept_before_it(
+@pytest.mark.parametrize("corrupt", ["recorded", "both kept"])
+def test_a_corrupt_checkpoint_falls_back_to_the_one_before_or_to_the_start(
     queue_job: Callable[..., Any],
     intents_csv: Path,
     settings_factory: Callable[..., Settings],
     session: Session,
+    corrupt: str,
 ) -> None:
     settings = settings_factory(redis_url=None, learners=1, checkpoint_every_updates=4)
     queued = queue_job(intents_csv, settings)
     store = ArtifactStore(settings.resolved_artifacts_dir())
 
-    def two_kept() -> bool:
-        return len(list(store.root.rglob("checkpoints/epoch-*/ckpt-*.pt"))) >= 2
+    def kept() -> list[Path]:
+        return list(store.root.rglob("checkpoints/epoch-*/ckpt-*.pt"))
 
     with pytest.raises(JobInterrupted):  # shut down once the trainer keeps two checkpoints
-        run_training_job(queued.job_id, settings, "host-a:1", stop_requested=two_kept)
+        run_training_job(queued.job_id, settings, "host-a:1", stop_requested=lambda: len(kept()) >= 2)
     job, _ = _reload(session, queued)
     assert job.checkpoint_path is not None and job.checkpoint_step is not None
     recorded_step = job.checkpoint_step
     recorded = store.resolve(job.checkpoint_path)
-    blob = bytearray(recorded.read_bytes())
-    blob[-100] ^= 0xFF  # a flipped bit in the payload: the checksum no longer matches
-    recorded.write_bytes(bytes(blob))
+    for path in [recorded] if corrupt == "recorded" else kept():
+        blob = bytearray(path.read_bytes())
+        blob[-100] ^= 0xFF  # a flipped bit in the payload: the checksum no longer matches
+        path.write_bytes(bytes(blob))
 
     run_training_job(queued.job_id, settings, "host-b:2")
 
@@ -153,9 +156,12 @@ def test_a_corrupt_recorded_checkpoint_resumes_from_the_one_kept_before_it(
     assert (job.state, job.attempts, job.failures) == (JobState.SUCCEEDED, 2, 0)
     assert classifier.status == ClassifierStatus.AVAILABLE
     resumed = session.scalars(
-        select(JobEvent).where(JobEvent.job_id == queued.job_id, JobEvent.kind == "resumed")
+        select(JobEvent.step).where(JobEvent.job_id == queued.job_id, JobEvent.kind == "resumed")
     ).all()
-    assert [event.step is not None and 0 < event.step < recorded_step for event in resumed] == [True]
+    if corrupt == "recorded":  # from the older checkpoint
+        assert len(resumed) == 1 and resumed[0] is not None and 0 < resumed[0] < recorded_step
+    else:  # from the start: no resume
+        assert resumed == []
 
 
 def test_invalid_training_data_fails_the_job_with_a_reason_the_tenant_can_read(

@@ -22,6 +22,7 @@ from service.metrics import Metrics, MetricsMiddleware
 from service.ratelimit import RateLimiter
 from service.serving import ModelCache
 from service.settings import Settings, get_settings
+from service.staging_sweeper import StagingSweeper
 from service.store import ArtifactStore
 from service.worker_registry import connect
 
@@ -51,6 +52,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.sessions = session_factory(engine)
         app.state.store = ArtifactStore.open(settings)
+        sweeper = StagingSweeper(
+            app.state.store,
+            max_age_seconds=settings.temp_max_age_seconds,
+            every_seconds=settings.reconcile_every_seconds,
+        )
+        sweeper.start()
         app.state.models = ModelCache(
             settings.model_cache_bytes,
             threads=settings.serving_threads,
@@ -73,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.invalidations.close()
             app.state.limiter.close()
             app.state.models.close()
+            sweeper.close()
             engine.dispose()
 
     app = TaasAPI(

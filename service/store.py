@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -78,6 +79,28 @@ class ArtifactStore(TreeOps):
         staging = self.root / "tmp"
         staging.mkdir(parents=True, exist_ok=True)
         return staging / f"{uuid.uuid4().hex}{suffix}"
+
+    def sweep_staging(self, max_age_seconds: float) -> int:
+        """Delete staging entries not modified for ``max_age_seconds`` (uploads and downloads
+        cut off by a crash); returns how many went. Safe beside another sweeper of the same
+        root: an entry already gone is skipped."""
+        staging = self.root / "tmp"
+        if not staging.is_dir():
+            return 0
+        cutoff = time.time() - max_age_seconds
+        swept = 0
+        for entry in staging.iterdir():
+            try:
+                if entry.lstat().st_mtime >= cutoff:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                swept += 1
+            except FileNotFoundError:
+                continue
+        return swept
 
     def relative(self, path: Path) -> str:
         """The store-relative POSIX form of ``path``; raises ValueError if it lies outside the root."""

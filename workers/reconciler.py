@@ -24,10 +24,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import shutil
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -82,7 +80,7 @@ def reconcile_once(settings: Settings, sessions: sessionmaker[Session], *, now: 
             # Redis is down: the jobs stay queued in the database and are sent on a later pass.
             report.broker_error = str(error)
     store = ArtifactStore(settings.resolved_artifacts_dir())
-    report.swept = sweep_staging(store, settings.temp_max_age_seconds)
+    report.swept = store.sweep_staging(settings.temp_max_age_seconds)
     for name in ("requeued", "failed", "sent"):
         if getattr(report, name):
             log.info("reconciler: %s %s", name, getattr(report, name))
@@ -108,27 +106,6 @@ def queued_job_ids(redis_url: str) -> list[str]:
         except (ValueError, KeyError, IndexError, TypeError):
             continue  # not one of ours: it does not stand for any job
     return found
-
-
-def sweep_staging(store: ArtifactStore, max_age_seconds: float) -> int:
-    """Delete staging entries not modified for ``max_age_seconds``; returns how many."""
-    staging = store.root / "tmp"
-    if not staging.is_dir():
-        return 0
-    cutoff = time.time() - max_age_seconds
-    swept = 0
-    for entry in staging.iterdir():
-        try:
-            if entry.lstat().st_mtime >= cutoff:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-            swept += 1
-        except FileNotFoundError:
-            continue
-    return swept
 
 
 def run_forever(settings: Settings, stop: threading.Event) -> None:

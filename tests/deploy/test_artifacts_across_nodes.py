@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,7 +109,12 @@ def test_worker_nodes_resume_and_serve_through_s3_only(
     checkpoints = [k for k in _remote_keys(s3_bucket, s3_endpoint, classifier_keys) if "/checkpoints/" in k]
     assert checkpoints, "the checkpoint was not stored in S3 before its pointer was recorded"
 
+    leftover = worker_b.resolved_artifacts_dir() / "tmp" / "killed-worker.model"
+    leftover.mkdir(parents=True)  # what a worker SIGKILLed mid-save leaves in its staging area
+    long_ago = time.time() - 2 * worker_b.temp_max_age_seconds
+    os.utime(leftover, (long_ago, long_ago))
     run_training_job(job_id, worker_b, "node-b:1")  # node B: nothing on its disk but S3's copy
+    assert not leftover.exists(), "a worker node sweeps its own staging area as a job starts"
 
     timeline = client.get(f"/v1/classifiers/{classifier_id}/events", headers=tenant.headers).json()["events"]
     resumed = [e for e in timeline if e["event"] == "resumed"]

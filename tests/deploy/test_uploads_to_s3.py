@@ -10,7 +10,9 @@ renewal too), or on PostgreSQL the tenant's row lock, for as long as the upload 
 from __future__ import annotations
 
 import io
+import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ def settings(
         artifacts_url=f"s3://{s3_bucket}/taas",
         s3_endpoint_url=s3_endpoint,
         s3_addressing_style="path",
+        reconcile_every_seconds=0.1,  # the staging sweep's period
     )
 
 
@@ -173,3 +176,21 @@ def test_an_upload_s3_does_not_take_is_503_naming_the_store_and_leaves_nothing(
     local = settings.resolved_artifacts_dir() / layout.tenant_prefix(tenant.id)
     assert not [p for p in local.rglob("*") if p.is_file()]
     assert client.get("/v1/classifiers", headers=tenant.headers).json()["classifiers"] == []
+
+
+def test_an_api_node_sweeps_its_own_staging_leftovers(client: TestClient, settings: Settings) -> None:
+    """No reconciler shares this node's disk, so the API process sweeps its staging area."""
+    staging = settings.resolved_artifacts_dir() / "tmp"
+    staging.mkdir(parents=True, exist_ok=True)
+    cut_off, receiving = staging / "cut-off.csv", staging / "receiving.csv"
+    for path in (cut_off, receiving):
+        path.write_bytes(b"text,label\n")
+    long_ago = time.time() - 2 * settings.temp_max_age_seconds
+    os.utime(cut_off, (long_ago, long_ago))
+
+    deadline = time.monotonic() + 10
+    while cut_off.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    assert not cut_off.exists(), "the staging leftover of a crash was not swept"
+    assert receiving.exists(), "a staging file in use was swept"

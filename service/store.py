@@ -15,7 +15,8 @@ S3-compatible backend (:mod:`service.artifacts.s3`).
 Nodes without a shared file system (``TAAS_ARTIFACTS_URL=s3://...``): every node keeps its own
 local root as a working copy of a *remote* backend, by key. Writes go through to the remote
 (``put_file``, ``publish``) before the database row naming them is written; deletes remove
-both copies; reads fetch on a local miss (``fetch``). Every path the database names is written
+both copies; reads fetch on a local miss (``fetch``). An upload goes to the remote only
+(``put_file``): the API node that received it never reads it again. Every path the database names is written
 once and never rewritten (models and checkpoints live in per-claim folders), so a node's local
 copy of a key is never stale. Without a remote, the local root is the store and the remote
 operations do nothing.
@@ -111,14 +112,21 @@ class ArtifactStore(TreeOps):
         return _resolve(self.root, relative)
 
     def put_file(self, source: Path, dest: Path) -> None:
-        """Move ``source`` to ``dest`` atomically (a reader sees no file or the whole file), and
-        to the remote store when there is one.
+        """Store ``source`` as ``dest`` atomically (a reader sees no file or the whole file):
+        moved here, or, with a remote store, uploaded there only. A node that wrote a file this
+        way does not read it again (an API node's upload; a worker fetches it on a miss), so
+        a copy here would only fill the node's disk.
 
-        ``source`` is consumed. Raises OSError on failure (``source`` is then removed too; a
-        ``dest`` already moved stays, and the caller, whose row was not written, removes it).
+        ``source`` is consumed, whatever happens. Raises OSError (or the remote's error) on
+        failure.
         """
-        self._put_local(source, dest)
-        self.publish(dest)
+        if self.remote is None:
+            self._put_local(source, dest)
+            return
+        try:
+            self.remote.upload(source, self.relative(dest))
+        finally:
+            source.unlink(missing_ok=True)
 
     def _put_local(self, source: Path, dest: Path) -> None:
         try:

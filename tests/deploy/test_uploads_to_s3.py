@@ -132,6 +132,20 @@ def test_every_upload_reaches_s3_while_no_database_lock_is_held(
     assert all(lock_seen_by_uploads), lock_seen_by_uploads
 
 
+def test_an_upload_is_kept_in_s3_only_not_on_the_api_nodes_disk(
+    client: TestClient, tenant: TenantHandle, settings: Settings, s3_bucket: str, s3_endpoint: str
+) -> None:
+    """The API node never reads a dataset again (a worker fetches it from S3), so it keeps no copy."""
+    created = _post_dataset(client, tenant)
+
+    assert created.status_code == 201, created.text
+    key = f"taas/{layout.dataset_key(tenant.id, created.json()['dataset_id'])}"
+    assert _remote_keys(s3_bucket, s3_endpoint, key) == [key]
+    local = settings.resolved_artifacts_dir() / layout.tenant_prefix(tenant.id)
+    assert not [p for p in local.rglob("*") if p.is_file()]
+    assert not [p for p in (settings.resolved_artifacts_dir() / "tmp").rglob("*") if p.is_file()]
+
+
 def _quota(client: TestClient, admin: dict[str, str], tenant: TenantHandle, **changes: int) -> None:
     reply = client.patch(f"/v1/admin/tenants/{tenant.id}/quotas", json=changes, headers=admin)
     assert reply.status_code == 200, reply.text

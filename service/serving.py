@@ -170,7 +170,15 @@ class ModelCache:
             self._models.clear()
 
     def _load(self, key: _Key, model_dir: Path) -> LoadedModel:
-        model = LoadedModel.load(self._fetch(model_dir))
+        try:
+            model = LoadedModel.load(self._fetch(model_dir))
+        except (CheckpointCorrupt, OSError):
+            if model_dir.is_dir():
+                raise
+            # The node's copy went between the fetch and the load: with a remote store, a
+            # worker sharing this root drops its model once published (ArtifactStore.drop_local).
+            # A second fetch downloads it again, or raises if the model is gone everywhere.
+            model = LoadedModel.load(self._fetch(model_dir))
         with self._lock:
             self._models[key] = model
             self._models.move_to_end(key)

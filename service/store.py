@@ -15,8 +15,9 @@ S3-compatible backend (:mod:`service.artifacts.s3`).
 Nodes without a shared file system (``TAAS_ARTIFACTS_URL=s3://...``): every node keeps its own
 local root as a working copy of a *remote* backend, by key. Writes go through to the remote
 (``put_file``, ``publish``) before the database row naming them is written; deletes remove
-both copies; reads fetch on a local miss (``fetch``). An upload goes to the remote only
-(``put_file``): the API node that received it never reads it again. Every path the database names is written
+both copies; reads fetch on a local miss (``fetch``). A copy this node will not read again is
+not kept: an upload goes to the remote only (``put_file``), and a worker drops its job's
+dataset and model once the job has succeeded (``drop_local``). Every path the database names is written
 once and never rewritten (models and checkpoints live in per-claim folders), so a node's local
 copy of a key is never stale. Without a remote, the local root is the store and the remote
 operations do nothing.
@@ -127,6 +128,22 @@ class ArtifactStore(TreeOps):
             self.remote.upload(source, self.relative(dest))
         finally:
             source.unlink(missing_ok=True)
+
+    def drop_local(self, path: Path) -> None:
+        """Remove this node's copy of a file or folder that the remote store holds (nothing
+        without a remote: the local root is then the store). A folder is renamed into staging
+        first, so a reader finds it whole or not at all (and then fetches it again)."""
+        if self.remote is None or not path.exists():
+            return
+        if not path.is_dir():
+            path.unlink(missing_ok=True)
+            return
+        doomed = self.temp_path(".dropped")
+        try:
+            os.replace(path, doomed)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(doomed, ignore_errors=True)
 
     def _put_local(self, source: Path, dest: Path) -> None:
         try:

@@ -52,7 +52,7 @@ from service.models import Classifier
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.checkpoint import KEEP, checkpoint_version, list_checkpoints
-from trainer.data import read_labelled_csv
+from trainer.data import LabelledData, read_labelled_csv
 from trainer.engine import Progress, TrainResult, train
 from trainer.errors import (
     CheckpointCorrupt,
@@ -178,7 +178,8 @@ class _JobRun:
                 self._retry(lease, GENERIC_FAILURE)
 
     def _train_and_finish(self, lease: JobLease, dataset_path: str, context: JobContext) -> None:
-        data = read_labelled_csv(self.store.fetch(self.store.resolve(dataset_path)))
+        dataset_file = self.store.resolve(dataset_path)
+        data = _read_dataset(self.store, dataset_file)
         checkpoints = self.store.resolve(context.checkpoint_dir)
         workdir = checkpoints / f"epoch-{lease.epoch}"
         self.resumed_from = _seed_workdir(self.store, context, workdir)
@@ -241,6 +242,11 @@ class _JobRun:
         announce(self.settings.redis_url, context.tenant_id)
         self.store.delete_tree(checkpoints)
         self.store.delete_tree(models, keep=model_dir)
+        # With a remote store, API nodes load the model from it and a later job fetches the
+        # dataset again: this node's copies would only fill its disk. (Kept after a failed or
+        # stopped attempt: a retry here resumes without a download.)
+        self.store.drop_local(dataset_file)
+        self.store.drop_local(model_dir)
         log.info(
             "job %s: done in %.1fs after %d updates, accuracy %s",
             self.job_id,
@@ -377,6 +383,16 @@ class _CheckpointWatcher:
         if not self.run._record_checkpoint(self.lease, path, version):
             assert self.run.keeper is not None
             self.run.keeper.mark_lost("checkpoint pointer refused")
+
+
+def _read_dataset(store: ArtifactStore, path: Path) -> LabelledData:
+    """The job's training data, fetched from the remote store on a local miss. A copy that
+    goes between the fetch and the read (another worker on this root finished a job on the
+    same dataset and dropped it) is fetched again."""
+    try:
+        return read_labelled_csv(store.fetch(path))
+    except FileNotFoundError:
+        return read_labelled_csv(store.fetch(path))
 
 
 def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> int | None:

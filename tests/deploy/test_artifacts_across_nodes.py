@@ -115,6 +115,8 @@ def test_worker_nodes_resume_and_serve_through_s3_only(
     os.utime(leftover, (long_ago, long_ago))
     run_training_job(job_id, worker_b, "node-b:1")  # node B: nothing on its disk but S3's copy
     assert not leftover.exists(), "a worker node sweeps its own staging area as a job starts"
+    b_files = [p for p in worker_b.resolved_artifacts_dir().rglob("*") if p.is_file()]
+    assert b_files == [], "a worker drops its copies of the dataset and model once they are in S3"
 
     timeline = client.get(f"/v1/classifiers/{classifier_id}/events", headers=tenant.headers).json()["events"]
     resumed = [e for e in timeline if e["event"] == "resumed"]

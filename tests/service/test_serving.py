@@ -97,6 +97,37 @@ def test_lru_keeps_the_most_recently_used_models_within_the_budget(tiny_model: P
         cache.close()
 
 
+def test_a_model_copy_dropped_between_fetch_and_load_is_fetched_again(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """With a remote store, a worker sharing this node's root drops its model folder once it is
+    published; a load that fetched the folder just before finds it gone and fetches it again."""
+    remote = ArtifactStore(tmp_path / "remote")
+    node = ArtifactStore(tmp_path / "node", remote)
+    folder = node.model_dir("t", "c", 1) / "epoch-1"
+    remote.upload_tree(tiny_model, node.relative(folder))
+    fetches: list[Path] = []
+
+    def fetch_then_dropped_once(model_dir: Path) -> Path:
+        fetched = node.fetch(model_dir, folder=True)
+        if not fetches:
+            node.drop_local(fetched)  # the worker's drop, right after this fetch
+        fetches.append(model_dir)
+        return fetched
+
+    cache = ModelCache(budget_bytes=1 << 30, fetch=fetch_then_dropped_once)
+    try:
+        model = asyncio.run(cache.aget("c", folder))
+        assert model.classify(["is it snowing"])[0][0][0] in WEATHER
+        assert fetches == [folder, folder]
+        remote.delete_prefix(node.relative(folder))  # gone everywhere: the load still fails
+        node.drop_local(folder)
+        with pytest.raises(OSError):
+            asyncio.run(cache.aget("other", folder))
+    finally:
+        cache.close()
+
+
 def test_concurrent_requests_for_one_model_share_one_load(tiny_model: Path) -> None:
     cache = ModelCache(budget_bytes=1 << 30)
     loads: list[Path] = []

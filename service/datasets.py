@@ -56,9 +56,8 @@ def stage_upload(
     dataset_id = new_id()
     dest = store.dataset_path(tenant_id, dataset_id)
     try:
-        store.put_file(temp, dest)  # consumes temp, even on failure
+        store.put_file(temp, dest)  # consumes temp; on failure nothing is stored
     except Exception as exc:
-        remove_unrecorded(store, dest)
         raise store_unavailable(store, exc) from exc
     return StagedDataset(dataset_id, tenant_id, dest, summary)
 

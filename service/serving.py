@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from service.batching import InferenceBatcher, Scores
 from service.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from service.models import ApiKey, Classifier, ClassifierStatus, ClassifierVersion, TenantQuota
-from service.store import ArtifactStore
+from service.store import ArtifactStore, read_fetched
 from service.training_data import has_surrogates
 from trainer.errors import CheckpointCorrupt
 from trainer.inference import LoadedModel
@@ -170,15 +170,8 @@ class ModelCache:
             self._models.clear()
 
     def _load(self, key: _Key, model_dir: Path) -> LoadedModel:
-        try:
-            model = LoadedModel.load(self._fetch(model_dir))
-        except (CheckpointCorrupt, OSError):
-            if model_dir.is_dir():
-                raise
-            # The node's copy went between the fetch and the load: with a remote store, a
-            # worker sharing this root drops its model once published (ArtifactStore.drop_local).
-            # A second fetch downloads it again, or raises if the model is gone everywhere.
-            model = LoadedModel.load(self._fetch(model_dir))
+        # a worker sharing this root may drop its model once published: then fetched again
+        model = read_fetched(self._fetch, model_dir, LoadedModel.load)
         with self._lock:
             self._models[key] = model
             self._models.move_to_end(key)

@@ -29,14 +29,17 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from service.artifacts.base import ArtifactBackend, TreeOps, _is_staging, check_key, check_prefix
 
 if TYPE_CHECKING:
     from service.settings import Settings
+
+T = TypeVar("T")
 
 
 class ArtifactStore(TreeOps):
@@ -132,8 +135,9 @@ class ArtifactStore(TreeOps):
     def drop_local(self, path: Path) -> None:
         """Remove this node's copy of a file or folder that the remote store holds (nothing
         without a remote: the local root is then the store). A folder is renamed into staging
-        first, so a reader finds it whole or not at all (and then fetches it again)."""
-        if self.remote is None or not path.exists():
+        first, so a reader finds it whole or not at all (and then fetches it again:
+        :func:`read_fetched`)."""
+        if self.remote is None:
             return
         if not path.is_dir():
             path.unlink(missing_ok=True)
@@ -324,6 +328,19 @@ class ArtifactStore(TreeOps):
 
     def _tenant(self, tenant_id: str) -> Path:
         return self.root / "tenants" / _safe(tenant_id)
+
+
+def read_fetched(fetch: Callable[[Path], Path], path: Path, read: Callable[[Path], T]) -> T:
+    """``read`` of ``fetch(path)``, the node-local copy of an artifact. When the read fails
+    because that copy went between the fetch and the read (:meth:`ArtifactStore.drop_local` by
+    a process sharing this root), fetch and read once more; a failure with the copy still in
+    place is the read's own, and is raised."""
+    try:
+        return read(fetch(path))
+    except Exception:
+        if path.exists():
+            raise
+        return read(fetch(path))
 
 
 @lru_cache(maxsize=4096)

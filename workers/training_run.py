@@ -50,9 +50,9 @@ from service.jobs import (
 )
 from service.models import Classifier
 from service.settings import Settings
-from service.store import ArtifactStore
+from service.store import ArtifactStore, read_fetched
 from trainer.checkpoint import KEEP, checkpoint_version, list_checkpoints
-from trainer.data import LabelledData, read_labelled_csv
+from trainer.data import read_labelled_csv
 from trainer.engine import Progress, TrainResult, train
 from trainer.errors import (
     CheckpointCorrupt,
@@ -179,7 +179,8 @@ class _JobRun:
 
     def _train_and_finish(self, lease: JobLease, dataset_path: str, context: JobContext) -> None:
         dataset_file = self.store.resolve(dataset_path)
-        data = _read_dataset(self.store, dataset_file)
+        # another worker on this root that finished a job on this dataset may have dropped it
+        data = read_fetched(self.store.fetch, dataset_file, read_labelled_csv)
         checkpoints = self.store.resolve(context.checkpoint_dir)
         workdir = checkpoints / f"epoch-{lease.epoch}"
         self.resumed_from = _seed_workdir(self.store, context, workdir)
@@ -206,18 +207,7 @@ class _JobRun:
             )
 
         try:
-            try:
-                result = train_here()
-            except CheckpointCorrupt as error:
-                if self.resumed_from is None:
-                    raise
-                # Neither kept checkpoint is intact: every retry would fail the same way, and
-                # a training from the start costs less than a failed job. The pointer keeps
-                # naming the corrupt file until a checkpoint passes its step.
-                log.warning("job %s: %s; training from the start", self.job_id, error)
-                self.resumed_from = None
-                _empty(workdir)
-                result = train_here()
+            result = self._train_or_start_over(train_here, workdir)
             shutil.rmtree(model_dir, ignore_errors=True)
             model_dir.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging, model_dir)
@@ -254,6 +244,20 @@ class _JobRun:
             result.applied_updates,
             result.metrics.get("accuracy"),
         )
+
+    def _train_or_start_over(self, train_here: Callable[[], TrainResult], workdir: Path) -> TrainResult:
+        try:
+            return train_here()
+        except CheckpointCorrupt as error:
+            if self.resumed_from is None:
+                raise
+            # Neither kept checkpoint is intact: every retry would fail the same way, and a
+            # training from the start costs less than a failed job. The pointer keeps naming
+            # the corrupt file until a checkpoint passes its step.
+            log.warning("job %s: %s; training from the start", self.job_id, error)
+            self.resumed_from = None
+            _empty(workdir)
+            return train_here()
 
     def _on_progress(self, progress: Progress) -> None:
         clock = time.monotonic()
@@ -385,16 +389,6 @@ class _CheckpointWatcher:
             self.run.keeper.mark_lost("checkpoint pointer refused")
 
 
-def _read_dataset(store: ArtifactStore, path: Path) -> LabelledData:
-    """The job's training data, fetched from the remote store on a local miss. A copy that
-    goes between the fetch and the read (another worker on this root finished a job on the
-    same dataset and dropped it) is fetched again."""
-    try:
-        return read_labelled_csv(store.fetch(path))
-    except FileNotFoundError:
-        return read_labelled_csv(store.fetch(path))
-
-
 def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> int | None:
     """Put the job's recorded checkpoint, and the older one the trainer kept beside it, into
     this claim's fresh ``workdir``; returns the recorded step, None when there is nothing to
@@ -438,13 +432,10 @@ def _kept_with(store: ArtifactStore, recorded: Path) -> list[Path]:
     names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
     if store.remote is not None:
         names |= {key.rsplit("/", 1)[-1] for key in store.remote.list_keys(store.relative(folder))}
-    newest = checkpoint_version(recorded.name)
-    older = sorted(
-        (version, name)
-        for name in names
-        if (version := checkpoint_version(name)) is not None and newest is not None and version < newest
-    )
-    return [recorded] + [folder / name for _, name in reversed(older[-(KEEP - 1) :])]
+    newest = checkpoint_version(recorded.name) or 0
+    versions = ((checkpoint_version(name), name) for name in names)
+    older = sorted(((v, name) for v, name in versions if v is not None and v < newest), reverse=True)
+    return [recorded] + [folder / name for _, name in older[: KEEP - 1]]
 
 
 def _tenant_reason(error: TrainerError) -> str:

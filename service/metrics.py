@@ -184,7 +184,7 @@ def _training_series(jobs: list[TrainingJob]) -> Iterator[Metric]:
     )
     updates = CounterMetricFamily(
         "taas_ps_updates",
-        "Parameter-server gradient updates of each recent job (pushed, applied, dropped as stale).",
+        "Parameter-server gradient updates of each recent job (pushed, applied).",
         labels=["job_id", "kind"],
     )
     staleness = CounterMetricFamily(
@@ -196,7 +196,7 @@ def _training_series(jobs: list[TrainingJob]) -> Iterator[Metric]:
         progress = job.progress or {}
         rate.add_metric([job.id], float(progress.get("samples_per_second") or 0.0))
         ps = progress.get("ps") or {}
-        for kind in ("pushed", "applied", "dropped"):
+        for kind in ("pushed", "applied"):
             updates.add_metric([job.id, kind], float(ps.get(kind) or 0))
         for bucket, count in zip(STALENESS_BUCKETS, ps.get("staleness_histogram") or [], strict=False):
             staleness.add_metric([job.id, bucket], float(count))

@@ -109,6 +109,14 @@ class Settings(BaseSettings):
         "split (default 5: held-out metrics and calibration cost ~5x the training time there); "
         "0 or 1 = off: such data reports metrics on its training rows and is not calibrated.",
     )
+    staleness_bound: int | None = Field(
+        None,
+        ge=0,
+        description="Operator's bound on the parameter server's staleness: no gradient is applied "
+        "more than this many updates after the version it was computed against; learners wait "
+        "for slower ones to keep it (default: none; with K learners a bound under 2K - 2 makes "
+        "even equally fast learners wait, docs/parameter-server.md).",
+    )
 
     # --- status webhooks ------------------------------------------------------------------
     webhook_allow_private: bool = Field(

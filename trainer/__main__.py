@@ -101,7 +101,7 @@ def _fit(args: argparse.Namespace) -> int:
                 "epochs": result.epochs,
                 "resumed": result.resumed,
                 "learners": result.learners,
-                "ps": {k: result.ps[k] for k in ("pushed", "applied", "dropped")},
+                "ps": {k: result.ps[k] for k in ("pushed", "applied")},
                 "train_seconds": round(result.train_seconds, 3),
                 "metrics": {k: metrics[k] for k in keys},
             }

@@ -27,7 +27,7 @@ RNG = "rng"  # {"torch": ByteTensor, "learner_seeds": [seed + rank]}
 HPARAMS = "hparams"  # HParams.as_dict()
 EARLY_STOP = "early_stop"  # best score, best weights, epochs without improvement, finished flag
 DATA = "data"  # fingerprint of the training data and the split it was trained with
-JOB = "job"  # checkpoints, resumes, training seconds, learners, cumulative pushed/applied/dropped
+JOB = "job"  # checkpoints, resumes, training seconds, learners, cumulative pushed/applied
 
 MAGIC = b"TAAS-CKPT-1\n"
 KEEP = 2

@@ -221,8 +221,8 @@ class _LoopState:
     resumed: int = 0
     train_seconds: float = 0.0
     last_checkpoint: str | None = field(default=None)
-    # pushed / applied / dropped of earlier sessions (this session's come from the counters)
-    earlier: dict[str, int] = field(default_factory=lambda: {"pushed": 0, "applied": 0, "dropped": 0})
+    # pushed / applied of earlier sessions (this session's come from the counters)
+    earlier: dict[str, int] = field(default_factory=lambda: {"pushed": 0, "applied": 0})
 
 
 _NAMES = ("embedding.weight", "output.weight", "output.bias")  # model_parameters() order
@@ -287,7 +287,6 @@ def _checkpoint_state(
             "learners": len(state.positions),
             "pushed": state.earlier["pushed"] + stats.pushed,
             "applied": state.earlier["applied"] + stats.applied,
-            "dropped": state.earlier["dropped"] + stats.dropped,
         },
     }
 
@@ -321,7 +320,7 @@ def _restore(saved: dict[str, Any], ps: ParameterServer) -> _LoopState:
         checkpoints=int(job["checkpoints"]),
         resumed=int(job["resumed"]) + 1,
         train_seconds=float(job["train_seconds"]),
-        earlier={k: int(job.get(k, 0)) for k in ("pushed", "applied", "dropped")},
+        earlier={k: int(job.get(k, 0)) for k in ("pushed", "applied")},
     )
 
 
@@ -682,7 +681,7 @@ class _Session:
         self.last_checkpoint_time, self.last_checkpoint_version = time.monotonic(), self.ps.version()
 
     def ps_stats(self) -> dict[str, object]:
-        """The server's counters, pushed/applied/dropped cumulative across resumes."""
+        """The server's counters, pushed/applied cumulative across resumes."""
         stats = self.ps.stats().as_dict()
         for key, value in self.state.earlier.items():
             stats[key] = int(stats[key]) + value  # type: ignore[call-overload]

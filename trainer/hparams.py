@@ -73,8 +73,10 @@ class HParams:
     # loss multiplies the learning rate by this (reduce on plateau; 1.0: constant), so the
     # last updates settle; ``patience`` such epochs in a row stop training
     lr_plateau_factor: float = 0.5
-    # parameter server: gradients staler than this many updates are dropped (None: never);
-    # every applied gradient's step is learning_rate / max(1, staleness) either way
+    # parameter server: no gradient is applied more than this many updates after the version
+    # it was computed against; learners wait for slower ones to keep it (None: no bound; with
+    # K equally fast learners, a bound under 2K - 2 makes them wait even so). Every applied
+    # gradient's step is learning_rate / max(1, staleness) either way
     staleness_bound: int | None = None
     # schedule and early stopping
     min_updates: int = 3000

@@ -25,8 +25,9 @@ class Progress:
     # epoch ends, and for data too small for a split)
     validation_accuracy: float | None = None
     # parameter-server counters (trainer.ps.counters.PSStats.as_dict(), cumulative across
-    # resumes for pushed/applied/dropped): pushed, applied, dropped, staleness histogram,
-    # seconds in push/pull/apply/compute, bytes moved. None before the server exists.
+    # resumes for pushed/applied): pushed, applied, staleness histogram, seconds in
+    # push/pull/apply/compute and waiting at a staleness bound, bytes moved. None before the
+    # server exists.
     ps: dict[str, object] | None = None
 
     def as_dict(self) -> dict[str, object]:

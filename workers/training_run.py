@@ -100,9 +100,15 @@ def run_training_job(
 
 
 def operator_hparams(settings: Settings) -> HParams:
-    """The installation's HParams with the operator's overrides (checkpoint cadence, folds)."""
+    """The installation's HParams with the operator's overrides (checkpoint cadence, folds,
+    staleness bound)."""
     overrides: dict[str, object] = {}
-    for name in ("checkpoint_every_updates", "checkpoint_every_seconds", "cross_fit_folds"):
+    for name in (
+        "checkpoint_every_updates",
+        "checkpoint_every_seconds",
+        "cross_fit_folds",
+        "staleness_bound",
+    ):
         if (value := getattr(settings, name)) is not None:
             overrides[name] = value
     return dataclasses.replace(DEFAULT_HPARAMS, **overrides)  # type: ignore[arg-type]

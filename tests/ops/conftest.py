@@ -117,7 +117,6 @@ def _progress(step: int) -> Progress:
         "version": step,
         "pushed": step,
         "applied": step,
-        "dropped": 0,
         "staleness_histogram": [step, 0, 0, 0, 0, 0, 0],
     }
     return Progress(

@@ -84,6 +84,8 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
         path = page.locator(f"{chart} svg path.series").first
         assert len(path.get_attribute("d") or "") > 10, f"{chart} drew no line"
     assert page.locator("#staleness-chart svg rect.column").count() == 7
+    waited = page.locator("#ps dt:text-is('Waited at the staleness bound s') + dd").inner_text()
+    assert waited == "0.00", waited  # no bound by default: nobody waits
     assert page.locator("#events span.event.done").count() == 1
     # and the platform's /metrics carry the real training's series
     _assert_training_metrics(base, job_id=page.url.rsplit("/", 1)[-1])

@@ -6,6 +6,7 @@ fixed by the plan: every epoch, each learner takes ceil(|its shard| / batch) ste
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -43,15 +44,16 @@ def fixed_plan() -> HParams:
     )
 
 
-def test_two_learners_apply_every_pushed_gradient_exactly_once(
-    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams
+@pytest.mark.parametrize("bound", [None, 0, 1])
+def test_two_learners_apply_every_pushed_gradient_exactly_once_within_the_bound(
+    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams, bound: int | None
 ) -> None:
     seen: list[Progress] = []
     result = train(
         small_data,
         workdir=tmp_path / "w",
         out_dir=tmp_path / "m",
-        hparams=fixed_plan,
+        hparams=dataclasses.replace(fixed_plan, staleness_bound=bound),
         learners=2,
         on_progress=seen.append,
     )
@@ -59,15 +61,19 @@ def test_two_learners_apply_every_pushed_gradient_exactly_once(
     assert result.learners == 2
     assert result.applied_updates == expected
     assert result.ps["applied"] == result.ps["pushed"] == expected
-    assert result.ps["dropped"] == 0
-    assert sum(result.ps["staleness_histogram"]) == expected  # type: ignore[arg-type]
+    histogram: list[int] = result.ps["staleness_histogram"]  # type: ignore[assignment]
+    assert sum(histogram) == expected
+    if bound is not None:  # buckets 0, 1, 2, 3 are exact staleness values
+        assert sum(histogram[bound + 1 :]) == 0, histogram
     assert seen[-1].learners == 2 and seen[-1].ps is not None and seen[-1].ps["applied"] == expected
     assert result.metrics["accuracy"] >= 0.9  # type: ignore[operator]
 
 
+@pytest.mark.parametrize("bound", [None, 0])
 def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
-    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams
+    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams, bound: int | None
 ) -> None:
+    """With a bound of 0 the survivor is usually waiting for the killed learner's gradient."""
     killed: list[int] = []
 
     def kill_a_learner(progress: Progress) -> None:
@@ -80,7 +86,7 @@ def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
         small_data,
         workdir=tmp_path / "w",
         out_dir=tmp_path / "m",
-        hparams=fixed_plan,
+        hparams=dataclasses.replace(fixed_plan, staleness_bound=bound),
         learners=2,
         on_progress=kill_a_learner,
     )

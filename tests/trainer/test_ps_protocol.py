@@ -4,7 +4,8 @@ Learners are threads here so that hypothesis can try many interleavings with K u
 a few seconds; a "death" is a learner that stops forever wherever it is, holding whatever it
 holds (as a SIGKILLed process does). Real processes and real SIGKILLs are in test_ps_engine.
 Each gradient i adds -1 to row i of a table (SGD, lr 1, no staleness scaling), so the table
-itself records how many times each gradient was applied.
+itself records how many times each gradient was applied. A learner reads the version through
+the staleness bound's gate, computes for a random while and pushes, as trainer.ps.learner does.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class _Run:
         self.local = threading.local()
         self.the_end = threading.Event()
         self.dead: set[int] = set()
+        self.staleness: list[int] = []  # of every apply, in apply order
         self._patch()
 
     def _die(self, rank: int) -> None:
@@ -58,11 +60,14 @@ class _Run:
                 self._die(self.local.rank)  # dies FILLING: this push never completes
             real_publish(slot)
 
-        def apply(*args: object) -> None:
+        def apply(
+            rank: int, rows: torch.Tensor, values: list[torch.Tensor], base: int, position: int
+        ) -> None:
             if getattr(self.local, "die_at", None) == "applying":
                 self._die(self.local.rank)  # dies holding the apply role, before touching anything
             time.sleep(self.rng.uniform(0, 0.0005))
-            real_apply(*args)  # type: ignore[arg-type]
+            self.staleness.append(ps.version() - base)
+            real_apply(rank, rows, values, base, position)
 
         ps.slots.publish_ready = publish_ready  # type: ignore[method-assign]
         ps._apply = apply  # type: ignore[method-assign]
@@ -72,14 +77,18 @@ class _Run:
         plan = self.deaths.get(rank)
         try:
             for j in range(self.n):
-                time.sleep(self.delays[rank][j])
-                if plan is not None and plan[1] == j:
-                    if plan[0] == "before":
-                        self._die(rank)
-                    self.local.die_at = plan[0]
-                row = rank * self.n + j
-                grad = Gradient(torch.tensor([row]), [torch.ones((1, 1))])
-                self.ps.push(rank, grad, self.ps.version(), j + 1, 1)
+                base = self.ps.start_gradient(rank)
+                try:
+                    time.sleep(self.delays[rank][j])  # computing
+                    if plan is not None and plan[1] == j:
+                        if plan[0] == "computing":
+                            self._die(rank)  # in flight, never pushed: bound waiters must not hang
+                        self.local.die_at = plan[0]
+                    row = rank * self.n + j
+                    self.ps.push(rank, Gradient(torch.tensor([row]), [torch.ones((1, 1))]), base, j + 1, 1)
+                finally:
+                    if rank not in self.dead:
+                        self.ps.end_gradient(rank)
         except (Stopped, _Death):
             return
 
@@ -106,16 +115,16 @@ def _runs(draw: st.DrawFn) -> tuple[int, int, dict[int, tuple[str, int]], random
     n = draw(st.integers(1, 10))
     dying = draw(st.lists(st.integers(0, k - 1), max_size=2, unique=True))
     deaths = {
-        r: (draw(st.sampled_from(["before", "filling", "applying"])), draw(st.integers(0, n - 1)))
+        r: (draw(st.sampled_from(["computing", "filling", "applying"])), draw(st.integers(0, n - 1)))
         for r in dying
     }
-    bound = draw(st.one_of(st.none(), st.none(), st.integers(0, 2)))
+    bound = draw(st.one_of(st.none(), st.integers(0, 4)))
     return k, n, deaths, random.Random(draw(st.integers(0, 2**32))), bound
 
 
 @settings(max_examples=100, deadline=None)
 @given(_runs())
-def test_every_completed_push_is_applied_exactly_once_and_no_run_hangs(
+def test_every_completed_push_is_applied_exactly_once_within_the_bound_and_no_run_hangs(
     run_args: tuple[int, int, dict[int, tuple[str, int]], random.Random, int | None],
 ) -> None:
     k, n, deaths, rng, bound = run_args
@@ -124,18 +133,19 @@ def test_every_completed_push_is_applied_exactly_once_and_no_run_hangs(
     stats = run.ps.stats()
     table = run.ps.params[0]
     assert (table >= -1).all(), "a gradient was applied twice"
-    assert int((table == -1).sum()) == stats.applied
+    assert int((table == -1).sum()) == stats.applied == len(run.staleness)
+    if bound is not None:
+        assert max(run.staleness, default=0) <= bound, run.staleness
     if consistent:
-        assert stats.applied + stats.dropped == stats.pushed
+        assert stats.applied == stats.pushed
         assert not (run.ps.slots.states() != 0).any(), "every slot is FREE after recovery"
-        if bound is None:
-            assert stats.applied == stats.pushed and stats.dropped == 0
+        assert not run.ps.counters.array[1:, C.COMPUTING].any(), "no gradient is left in flight"
     else:
         # Only a learner that died holding the apply role makes the state suspect; what it
         # left is exactly the pushes it had taken or could no longer be drained.
         assert any(kind == "applying" for kind, _ in deaths.values())
         in_flight = int(((run.ps.slots.states() == READY) | (run.ps.slots.states() == APPLYING)).sum())
-        assert stats.pushed - stats.applied - stats.dropped == in_flight
+        assert stats.pushed - stats.applied == in_flight
     if not deaths:
         assert stats.pushed == k * n
 
@@ -155,16 +165,74 @@ def test_a_slot_moves_only_free_filling_ready_applying_free() -> None:
     assert ps.counters.learner(0)[C.CURSOR] == 1
 
 
-def test_staleness_scales_the_learning_rate_and_the_bound_drops() -> None:
-    opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_bound=2)
-    ps = ParameterServer.create([(torch.zeros((3, 1)), True)], opt, 1, 1, shared=False)
+def test_staleness_scales_the_learning_rate() -> None:
+    ps = ParameterServer.create(
+        [(torch.zeros((3, 1)), True)], OptimizerConfig(kind="sgd", lr=1.0), 1, 1, shared=False
+    )
     ps.server[C.VERSION] = 10
     ps.push(0, Gradient(torch.tensor([0]), [torch.ones((1, 1))]), 8, 1, 1)  # staleness 2: lr / 2
-    ps.push(0, Gradient(torch.tensor([1]), [torch.ones((1, 1))]), 0, 2, 1)  # staleness 11 > 2: dropped
-    assert ps.params[0].flatten().tolist() == [-0.5, 0.0, 0.0]
+    ps.push(0, Gradient(torch.tensor([1]), [torch.ones((1, 1))]), 11, 2, 1)  # staleness 0: lr
+    assert ps.params[0].flatten().tolist() == [-0.5, -1.0, 0.0]
+    assert ps.stats().staleness_histogram[:3] == [1, 0, 1]
+
+
+def _start_in_thread(ps: ParameterServer, rank: int) -> tuple[threading.Thread, list[object]]:
+    """``ps.start_gradient(rank)`` in a thread; the list gets its version or Stopped."""
+    outcome: list[object] = []
+
+    def start() -> None:
+        try:
+            outcome.append(ps.start_gradient(rank))
+        except Stopped as stopped:
+            outcome.append(stopped)
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_the_bound_makes_a_learner_wait_until_a_slower_ones_gradient_is_applied() -> None:
+    opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_bound=1)
+    ps = ParameterServer.create([(torch.zeros((4, 1)), True)], opt, 2, 1, shared=False)
+    slow_base = ps.start_gradient(0)  # learner 0 computes against version 0 ...
+    for row in (1, 2):  # ... while learner 1 pushes one gradient, and reads again
+        base = ps.start_gradient(1)
+        ps.push(1, Gradient(torch.tensor([row]), [torch.ones((1, 1))]), base, row, 1)
+        ps.end_gradient(1)
+        if row == 1:
+            # A second one now could be applied before learner 0's, making it 2 stale.
+            thread, outcome = _start_in_thread(ps, 1)
+            thread.join(timeout=0.3)
+            assert thread.is_alive() and not outcome, "learner 1 read past the bound"
+            ps.push(0, Gradient(torch.tensor([0]), [torch.ones((1, 1))]), slow_base, 1, 1)  # 1 stale
+            ps.end_gradient(0)
+            thread.join(timeout=5)
+            assert outcome == [2], outcome  # admitted once learner 0's gradient was applied
     stats = ps.stats()
-    assert (stats.pushed, stats.applied, stats.dropped) == (2, 1, 1)
-    assert stats.staleness_histogram[2] == 1 and stats.staleness_histogram[5] == 1
+    assert stats.applied == stats.pushed == 3
+    assert stats.staleness_histogram[:3] == [2, 1, 0]
+    assert stats.wait_s >= 0.3
+
+
+def test_a_learner_waiting_at_the_bound_leaves_on_pause() -> None:
+    opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_bound=0)
+    ps = ParameterServer.create([(torch.zeros((2, 1)), True)], opt, 2, 1, shared=False)
+    ps.start_gradient(0)  # learner 0 computes, and dies doing so: its gradient never comes
+    thread, outcome = _start_in_thread(ps, 1)
+    thread.join(timeout=0.2)
+    assert thread.is_alive() and not outcome
+    ps.server[C.PAUSE] = 1  # the supervisor saw the death
+    thread.join(timeout=5)
+    assert len(outcome) == 1 and isinstance(outcome[0], Stopped)
+    assert ps.recover([0])
+    assert not ps.counters.array[1:, C.COMPUTING].any()  # the dead learner's gradient is gone
+    ps.server[C.PAUSE] = 0
+    assert ps.start_gradient(1) == 0  # and the survivor goes on
+
+
+def test_a_negative_bound_is_refused() -> None:
+    with pytest.raises(ValueError, match="staleness_bound must be at least 0"):
+        OptimizerConfig(staleness_bound=-1)
 
 
 def test_each_plateau_cut_multiplies_the_learning_rate_by_the_factor() -> None:

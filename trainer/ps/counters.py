@@ -20,13 +20,12 @@ import torch
 VERSION = 0  # updates applied (the model's version); staleness is measured against it
 APPLIED = 1  # gradients applied (== VERSION within a session; kept apart for clarity)
 DIRECT = 2  # pushes applied on the direct path (the pusher held the apply role; no slot copy)
-DROPPED = 3  # gradients refused by the staleness bound (consumed, counted, not applied)
-APPLY_NS = 4  # nanoseconds spent applying
-BYTES_APPLIED = 5  # gradient bytes applied to the parameters
-STOP = 6  # 1: learners leave at their next check
-PAUSE = 7  # 1: learners park at their next step boundary
-ERROR = 8  # 0 or a learner's rank + 1 that met a non-finite loss
-HIST = 9  # staleness histogram: 0, 1, 2, 3, 4-7, 8-15, 16+ (7 buckets)
+APPLY_NS = 3  # nanoseconds spent applying
+BYTES_APPLIED = 4  # gradient bytes applied to the parameters
+STOP = 5  # 1: learners leave at their next check
+PAUSE = 6  # 1: learners park at their next step boundary
+ERROR = 7  # 0 or a learner's rank + 1 that met a non-finite loss
+HIST = 8  # staleness histogram: 0, 1, 2, 3, 4-7, 8-15, 16+ (7 buckets)
 HIST_BUCKETS = 7
 LR_CUTS = HIST + HIST_BUCKETS  # plateau cuts of the learning rate so far (OptimizerConfig.rate)
 SERVER_FIELDS = LR_CUTS + 1
@@ -45,7 +44,12 @@ CURSOR = 9  # position after this learner's last applied gradient: written under
 DONE = 10  # 1: this learner finished its shard of the epoch; 2: it met a non-finite loss
 PARKED = 11  # 1: this learner is parked (set by it, cleared by the supervisor at each start)
 COPY_NS = 12  # of PUSH_NS: copying gradients into the slot (the PS's data movement, with applies)
-LEARNER_FIELDS = 13
+# 1 + the version this learner's current gradient is computed against, from the read of that
+# version until the gradient is applied directly, published in the slot, or given up (0: none).
+# With a staleness bound, the gate reads it under the apply role (ParameterServer.start_gradient)
+COMPUTING = 13
+WAIT_NS = 14  # time waiting at the staleness bound's gate before reading the version
+LEARNER_FIELDS = 15
 
 FIELDS = max(SERVER_FIELDS, LEARNER_FIELDS)
 
@@ -67,12 +71,12 @@ class PSStats:
     version: int
     pushed: int
     applied: int
-    dropped: int
     direct: int
     staleness_histogram: list[int]
     push_s: float
     copy_s: float
     pull_s: float
+    wait_s: float
     apply_s: float
     compute_s: float
     bytes_pushed: int
@@ -111,12 +115,12 @@ class Counters:
             version=int(s[VERSION]),
             pushed=pushed,
             applied=int(s[APPLIED]),
-            dropped=int(s[DROPPED]),
             direct=int(s[DIRECT]),
             staleness_histogram=[int(v) for v in s[HIST : HIST + HIST_BUCKETS]],
             push_s=float(rows[:, PUSH_NS].sum()) / 1e9,
             copy_s=float(rows[:, COPY_NS].sum()) / 1e9,
             pull_s=float(rows[:, PULL_NS].sum()) / 1e9,
+            wait_s=float(rows[:, WAIT_NS].sum()) / 1e9,
             apply_s=float(s[APPLY_NS]) / 1e9,
             compute_s=float(rows[:, COMPUTE_NS].sum()) / 1e9,
             bytes_pushed=int(rows[:, BYTES_PUSHED].sum()),

@@ -48,21 +48,25 @@ class Learner:
     def step(self, batch: Any, samples: int, position: int) -> float:
         """Compute and push one gradient; returns the loss. A non-finite loss is not pushed.
 
-        Raises Stopped if the session stops (or pauses) while the push waits for its slot.
+        Raises Stopped if the session stops (or pauses) while the learner waits at the
+        staleness bound or for its slot.
         """
         mine = self.mine
-        start = time.perf_counter_ns()
-        base_version = self.ps.version()  # read before the pull: staleness is never undercounted
-        pulled, pulled_bytes = self.task.pull(batch)
-        pulled_at = time.perf_counter_ns()
-        loss, grad = self.task.compute(pulled, batch)
-        mine[C.PULL_NS] += pulled_at - start
-        mine[C.BYTES_PULLED] += pulled_bytes
-        mine[C.COMPUTE_NS] += time.perf_counter_ns() - pulled_at
-        mine[C.STEPS] += 1
-        if math.isfinite(loss):
-            self.ps.push(self.rank, grad, base_version, position, samples)
-        return loss
+        base_version = self.ps.start_gradient(self.rank)  # before the pull: never undercounted
+        try:
+            start = time.perf_counter_ns()
+            pulled, pulled_bytes = self.task.pull(batch)
+            pulled_at = time.perf_counter_ns()
+            loss, grad = self.task.compute(pulled, batch)
+            mine[C.PULL_NS] += pulled_at - start
+            mine[C.BYTES_PULLED] += pulled_bytes
+            mine[C.COMPUTE_NS] += time.perf_counter_ns() - pulled_at
+            mine[C.STEPS] += 1
+            if math.isfinite(loss):
+                self.ps.push(self.rank, grad, base_version, position, samples)
+            return loss
+        finally:
+            self.ps.end_gradient(self.rank)
 
 
 @dataclass

@@ -14,12 +14,15 @@ Every gradient is applied by exactly one party exactly once: a direct gradient b
 learner inside one critical section; a slot gradient by the holder that moved the slot
 READY → APPLYING, a move only the single holder can make (see trainer/ps/slots.py). The
 step is staleness-aware: learning rate / max(1, staleness), staleness = updates applied
-between the version the gradient was computed against and its apply. docs/parameter-server.md
-argues deadlock freedom and exactly-once in full.
+between the version the gradient was computed against and its apply. An optional staleness
+bound makes a learner wait before it reads the version, until one more gradient in flight
+cannot take any gradient's staleness past the bound (``start_gradient``).
+docs/parameter-server.md argues deadlock freedom, exactly-once and the bound in full.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -30,13 +33,14 @@ import torch.multiprocessing as mp
 
 from trainer.ps import counters as C
 from trainer.ps.counters import Counters, PSStats, staleness_bucket
-from trainer.ps.slots import BASE_VERSION, FREE, POSITION, ROWS, SAMPLES, SlotHandles, SlotRing
+from trainer.ps.slots import BASE_VERSION, FREE, POSITION, READY, ROWS, SAMPLES, SlotHandles, SlotRing
 
 _HELP_WAIT_S = 0.01  # how long a blocked pusher waits on the apply role before re-checking STOP
 
 
 class Stopped(Exception):
-    """STOP or PAUSE was raised while a learner waited for its slot; it leaves without pushing."""
+    """STOP or PAUSE was raised while a learner waited (for its slot, or at the staleness
+    bound); it leaves without pushing."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,13 @@ class OptimizerConfig:
     # score in the server's LR_CUTS counter (set only while every learner is parked), and every
     # apply uses lr * plateau_factor ** cuts, so all apply-role holders agree (1.0: constant)
     plateau_factor: float = 1.0
-    staleness_bound: int | None = None  # gradients staler than this are dropped (counted)
+    # no applied gradient is staler than this: learners wait at start_gradient (None: no bound)
+    staleness_bound: int | None = None
     staleness_aware: bool = True  # lr / max(1, staleness); off only where tests count exact sums
+
+    def __post_init__(self) -> None:
+        if self.staleness_bound is not None and self.staleness_bound < 0:
+            raise ValueError(f"staleness_bound must be at least 0, not {self.staleness_bound}")
 
     @property
     def needs_unique_rows(self) -> bool:
@@ -193,6 +202,68 @@ class ParameterServer:
 
     # --- the learner side ------------------------------------------------------------------
 
+    def start_gradient(self, rank: int) -> int:
+        """The version learner ``rank``'s next gradient is computed against (read before its pull).
+
+        The gradient is in flight from here until it is applied: ``end_gradient`` must follow
+        once it is pushed or given up. With a staleness bound B, the learner first waits until
+        admitting it keeps every gradient's staleness within B: with F the gradients in flight
+        and V the version, until max over F of (V - base) + |F| <= B. Whatever order the F
+        are applied in, each apply raises V by one and takes one gradient out of F, so the sum
+        never grows for those left, and a gradient's staleness at its apply is at most B
+        (docs/parameter-server.md). Raises Stopped on STOP or PAUSE while waiting.
+        """
+        mine = self.counters.learner(rank)
+        bound = self.opt.staleness_bound
+        if bound is None:
+            version = self.version()
+            mine[C.COMPUTING] = version + 1
+            return version
+        start = time.perf_counter_ns()
+        try:
+            while True:
+                # A plain look first: take the role (which pushers need) only to drain READY
+                # slots, which nobody else may be left to apply, or when admission looks likely.
+                bases, ready = self._in_flight(careful=False)
+                if (ready or self._admits(bases, bound)) and self.apply_lock.acquire(timeout=_HELP_WAIT_S):
+                    try:
+                        self._drain_locked()
+                        if self._admits(self._in_flight(careful=True)[0], bound):
+                            version = self.version()
+                            mine[C.COMPUTING] = version + 1  # under the role: admitted and counted at once
+                            return version
+                    finally:
+                        self.apply_lock.release()
+                if self.server[C.STOP] or self.server[C.PAUSE]:
+                    raise Stopped  # nothing read yet: the cursor stays before this mini-batch
+                os.sched_yield()
+        finally:
+            mine[C.WAIT_NS] += time.perf_counter_ns() - start
+
+    def end_gradient(self, rank: int) -> None:
+        """Learner ``rank``'s gradient is applied, published in its slot (READY counts it from
+        there) or given up: it no longer counts as computing."""
+        self.counters.learner(rank)[C.COMPUTING] = 0
+
+    def _in_flight(self, careful: bool) -> tuple[list[int], bool]:
+        """The base versions of the gradients not yet applied, and whether a slot is READY.
+
+        ``careful`` (under the apply role): a gradient is counted while its learner computes
+        it (COMPUTING, cleared only after it is published or applied) and while it is READY;
+        reading COMPUTING before the slot's state through its publish lock, a gradient that
+        moves from one to the other in between is seen in the slot. Counting one twice in
+        that window only makes the gate stricter. Without ``careful``, a racy estimate.
+        """
+        bases = [int(c) - 1 for c in self.counters.array[1:, C.COMPUTING] if c]
+        states = [self.slots.state(s) for s in range(len(self.slots))] if careful else self.slots.states()
+        ready = [s for s, state in enumerate(states) if state == READY]
+        bases += [int(self.slots.header[s][BASE_VERSION]) for s in ready]
+        return bases, bool(ready)
+
+    def _admits(self, bases: list[int], bound: int) -> bool:
+        """Whether one more gradient, read now, keeps the in-flight ``bases`` within ``bound``."""
+        return not bases or self.version() - min(bases) + len(bases) <= bound
+
     def push(self, rank: int, grad: Gradient, base_version: int, position: int, samples: int) -> None:
         """Hand ``grad`` (computed against ``base_version``) to the server; it will be applied once.
 
@@ -261,8 +332,7 @@ class ParameterServer:
         making the holder apply it too (measured: large sparse batches). Bounded at 1 ms.
         """
         server = self.server
-        done = int(server[C.APPLIED]) + int(server[C.DROPPED])
-        return min(int(server[C.APPLY_NS]) / max(done, 1) / 1e9, 0.001)
+        return min(int(server[C.APPLY_NS]) / max(int(server[C.APPLIED]), 1) / 1e9, 0.001)
 
     # --- the apply role ----------------------------------------------------------------------
 
@@ -299,34 +369,28 @@ class ParameterServer:
         server = self.server
         staleness = int(server[C.VERSION]) - base_version
         server[C.HIST + staleness_bucket(staleness)] += 1
-        bound = self.opt.staleness_bound
-        if bound is not None and staleness > bound:
-            server[C.DROPPED] += 1  # consumed and counted, never applied
-        else:
-            lr = self.opt.rate(int(server[C.LR_CUTS]))
-            lr = lr / max(1, staleness) if self.opt.staleness_aware else lr
-            step = int(server[C.VERSION]) + 1
-            nbytes = rows.numel() * 8
-            for i, (param, grad) in enumerate(zip(self.params, values, strict=True)):
-                if self.opt.kind == "sgd":
-                    if self.is_rows[i]:
-                        # Scale in place, then add: index_add_ with alpha != 1 takes a slow
-                        # path (measured 2.4x the time of mul_ + index_add_ on 1,536 rows).
-                        # The gradient is consumed here, so overwriting it is safe.
-                        param.index_add_(0, rows, grad.mul_(-lr))
-                    else:
-                        param.add_(grad, alpha=-lr)
-                elif self.is_rows[i]:
-                    _adam_rows(
-                        param, self.state[2 * i], self.state[2 * i + 1], rows, grad, lr, step, self.opt
-                    )
+        lr = self.opt.rate(int(server[C.LR_CUTS]))
+        lr = lr / max(1, staleness) if self.opt.staleness_aware else lr
+        step = int(server[C.VERSION]) + 1
+        nbytes = rows.numel() * 8
+        for i, (param, grad) in enumerate(zip(self.params, values, strict=True)):
+            if self.opt.kind == "sgd":
+                if self.is_rows[i]:
+                    # Scale in place, then add: index_add_ with alpha != 1 takes a slow
+                    # path (measured 2.4x the time of mul_ + index_add_ on 1,536 rows).
+                    # The gradient is consumed here, so overwriting it is safe.
+                    param.index_add_(0, rows, grad.mul_(-lr))
                 else:
-                    _adam_dense(param, self.state[2 * i], self.state[2 * i + 1], grad, lr, step, self.opt)
-                nbytes += grad.numel() * grad.element_size()
-            server[C.BYTES_APPLIED] += nbytes
-            server[C.APPLIED] += 1
-            server[C.VERSION] += 1
-        # The learner's committed cursor moves with the apply (or the drop) of its gradient,
+                    param.add_(grad, alpha=-lr)
+            elif self.is_rows[i]:
+                _adam_rows(param, self.state[2 * i], self.state[2 * i + 1], rows, grad, lr, step, self.opt)
+            else:
+                _adam_dense(param, self.state[2 * i], self.state[2 * i + 1], grad, lr, step, self.opt)
+            nbytes += grad.numel() * grad.element_size()
+        server[C.BYTES_APPLIED] += nbytes
+        server[C.APPLIED] += 1
+        server[C.VERSION] += 1
+        # The learner's committed cursor moves with the apply of its gradient,
         # under the same role: a checkpoint never sees one without the other.
         self.counters.learner(rank)[C.CURSOR] = position
         if self._applied is not None:
@@ -349,6 +413,7 @@ class ParameterServer:
         self.apply_lock.release()
         for rank in dead:
             self.slots.recover(rank)
+            self.end_gradient(rank)  # what it was computing will never come
         self.drain()
         return True
 

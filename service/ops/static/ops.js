@@ -142,9 +142,10 @@ const pages = {
       TaasCharts.line(document.getElementById("rate-chart"),
         [{ name: "samples/s", points: h.map((p) => [p.t, p.samples_per_second]) }], { time: true, yMin: 0 });
       const ps = job.progress.ps || {};
-      facts("ps", [["Version", ps.version], ["Pushed", ps.pushed], ["Applied", ps.applied], ["Dropped (stale)", ps.dropped],
+      facts("ps", [["Version", ps.version], ["Pushed", ps.pushed], ["Applied", ps.applied],
         ["Direct", ps.direct], ["Learner respawns", ps.respawns], ["Push / pull / apply s",
-          ps.push_s === undefined ? undefined : `${num(ps.push_s, 2)} / ${num(ps.pull_s, 2)} / ${num(ps.apply_s, 2)}`]]);
+          ps.push_s === undefined ? undefined : `${num(ps.push_s, 2)} / ${num(ps.pull_s, 2)} / ${num(ps.apply_s, 2)}`],
+        ["Waited at the staleness bound s", ps.wait_s === undefined ? undefined : num(ps.wait_s, 2)]]);
       TaasCharts.bars(document.getElementById("staleness-chart"), ["0", "1", "2", "3", "4-7", "8-15", "16+"],
         ps.staleness_histogram || []);
       const metrics = job.model.metrics;

@@ -17,12 +17,12 @@ from service.api.routes import admin, bundles, classifiers, classify, datasets, 
 from service.api.uploads import BodyLimit
 from service.db import make_engine, session_factory
 from service.invalidation import Invalidations
+from service.local_sweeper import LocalSweeper
 from service.lookup_cache import LookupCache
 from service.metrics import Metrics, MetricsMiddleware
 from service.ratelimit import RateLimiter
 from service.serving import ModelCache
 from service.settings import Settings, get_settings
-from service.staging_sweeper import StagingSweeper
 from service.store import ArtifactStore
 from service.worker_registry import connect
 
@@ -52,9 +52,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.sessions = session_factory(engine)
         app.state.store = ArtifactStore.open(settings)
-        sweeper = StagingSweeper(
+        sweeper = LocalSweeper(
             app.state.store,
-            max_age_seconds=settings.temp_max_age_seconds,
+            staging_max_age_seconds=settings.temp_max_age_seconds,
+            model_copy_max_age_seconds=settings.model_copy_max_age_seconds,
             every_seconds=settings.reconcile_every_seconds,
         )
         sweeper.start()

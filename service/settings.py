@@ -96,6 +96,12 @@ class Settings(BaseSettings):
     temp_max_age_seconds: float = Field(
         3600.0, gt=0, description="Staging files (half-received uploads) older than this are swept."
     )
+    model_copy_max_age_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="With an S3 store, an API node removes its copy of a model folder not loaded "
+        "for this long (the model stays in memory while in use; a later load fetches it again).",
+    )
     checkpoint_every_updates: int | None = Field(
         None, gt=0, description="Operator override of the trainer's checkpoint cadence in updates."
     )

@@ -16,11 +16,13 @@ Nodes without a shared file system (``TAAS_ARTIFACTS_URL=s3://...``): every node
 local root as a working copy of a *remote* backend, by key. Writes go through to the remote
 (``put_file``, ``publish``) before the database row naming them is written; deletes remove
 both copies; reads fetch on a local miss (``fetch``). A copy this node will not read again is
-not kept: an upload goes to the remote only (``put_file``), and a worker drops its job's
-dataset and model once the job has succeeded (``drop_local``). Every path the database names is written
-once and never rewritten (models and checkpoints live in per-claim folders), so a node's local
-copy of a key is never stale. Without a remote, the local root is the store and the remote
-operations do nothing.
+not kept: an upload goes to the remote only (``put_file``), a worker drops its job's
+dataset and model once the job has succeeded (``drop_local``), and an API node drops the
+model folders it fetched once they have not been loaded for a while (``sweep_model_copies``:
+a loaded model is served from memory, and a later load fetches the folder again). Every
+path the database names is written once and never rewritten (models and checkpoints live in
+per-claim folders), so a node's local copy of a key is never stale. Without a remote, the
+local root is the store and the remote operations do nothing.
 """
 
 from __future__ import annotations
@@ -105,6 +107,30 @@ class ArtifactStore(TreeOps):
                 swept += 1
             except FileNotFoundError:
                 continue
+        return swept
+
+    def sweep_model_copies(self, max_age_seconds: float) -> int:
+        """With a remote, drop this node's copies of model folders not fetched for a load for
+        ``max_age_seconds`` (``fetch`` marks a folder each time it is asked for one); returns
+        how many went. Nothing without a remote: the local root is then the store.
+
+        Only model folders, which are complete once they appear and never rewritten: a job's
+        checkpoints, which a worker sharing this root may be writing, are never touched. A
+        process still serving such a model does so from memory; one loading it as it goes
+        fetches it again (:func:`read_fetched`).
+        """
+        if self.remote is None:
+            return 0
+        cutoff = time.time() - max_age_seconds
+        swept = 0
+        for folder in self.root.glob("tenants/*/classifiers/*/versions/*/model/*"):
+            try:
+                if not folder.is_dir() or folder.stat().st_mtime >= cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
+            self.drop_local(folder)
+            swept += 1
         return swept
 
     def relative(self, path: Path) -> str:
@@ -222,9 +248,13 @@ class ArtifactStore(TreeOps):
         """``path`` under the root, copied from the remote store first when it is not here.
 
         A folder arrives whole or not at all (downloaded to staging, then renamed in), so a
-        reader never loads half a model. FileNotFoundError when neither copy exists.
+        reader never loads half a model. With a remote, a folder's modification time is set to
+        now, the mark :meth:`sweep_model_copies` ages it by. FileNotFoundError when neither
+        copy exists.
         """
         if path.is_dir() if folder else path.is_file():
+            if folder and self.remote is not None:
+                os.utime(path)  # FileNotFoundError if dropped meanwhile: read_fetched fetches again
             return path
         if self.remote is None:
             raise FileNotFoundError(f"no artifact {self.relative(path)!r} in {self.describe()}")

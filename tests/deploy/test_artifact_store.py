@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -190,3 +191,31 @@ def test_s3_check_fails_on_a_missing_bucket(s3_endpoint: str, aws_env: dict[str,
     )
     with pytest.raises(OSError, match="not reachable"):
         store.check()
+
+
+def test_a_node_drops_model_copies_not_loaded_lately_and_nothing_else(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    settings = Settings(
+        data_dir=tmp_path / "var",
+        artifacts_url=f"s3://{s3_bucket}/taas",
+        s3_endpoint_url=s3_endpoint,
+        s3_addressing_style="path",
+    )
+    store = ArtifactStore(tmp_path / "node", open_backend(settings))
+    stale, fresh = (store.model_dir("t1", c, 1) / "epoch-1" for c in ("c1", "c2"))
+    checkpoints = store.checkpoint_dir("t1", "c1", 1) / "epoch-1"
+    for folder in (stale, fresh, checkpoints):
+        folder.mkdir(parents=True)
+        (folder / "weights.pt").write_bytes(b"w")
+        store.publish(folder)
+    long_ago = time.time() - 7200
+    for folder in (stale, fresh, checkpoints):
+        os.utime(folder, (long_ago, long_ago))
+    assert store.fetch(fresh, folder=True) == fresh  # a load asked for it: marked now
+
+    assert store.sweep_model_copies(3600) == 1
+    assert not stale.exists() and fresh.is_dir() and checkpoints.is_dir()
+    assert (store.fetch(stale, folder=True) / "weights.pt").read_bytes() == b"w"  # back from S3
+    assert ArtifactStore(tmp_path / "node").sweep_model_copies(0) == 0  # without S3 it is the store
+    assert fresh.is_dir()

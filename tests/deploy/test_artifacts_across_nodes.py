@@ -3,7 +3,8 @@ artifact root, that meet only in S3 (a real moto server) and the database.
 
 Worker A trains until its first checkpoint and is stopped (a node shutting down); worker B, with
 nothing on its disk, resumes from that checkpoint in S3 and finishes; the API node classifies
-with the model it fetched from S3; deleting the classifier removes its objects from S3.
+with the model it fetched from S3, and drops that copy once no load has asked for it lately;
+deleting the classifier removes its objects from S3.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def node(
             s3_addressing_style="path",
             learners=1,
             checkpoint_every_updates=4,
+            reconcile_every_seconds=0.2,  # the API node's local sweeper runs this often
         )
 
     return make
@@ -75,6 +77,33 @@ def _training_csv(path: Path) -> bytes:
                 for place in _PLACES:
                     writer.writerow([template.format(place), label])
     return path.read_bytes()
+
+
+def _classify(client: TestClient, tenant: TenantHandle, classifier_id: str) -> str:
+    reply = client.post(
+        f"/v1/classifiers/{classifier_id}/classify",
+        json={"text": "book a flight to rome"},
+        headers=tenant.headers,
+    )
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["top_class"])
+
+
+def _classify_until_swept(
+    client: TestClient, tenant: TenantHandle, classifier_id: str, copy: Path, max_age: float
+) -> None:
+    """Age the API node's model copy past ``max_age``; its sweeper drops it while the model
+    keeps serving from memory. A copy loaded within ``max_age`` is left alone."""
+    time.sleep(1.0)  # five sweeps of a fresh copy
+    assert copy.is_dir(), "a copy loaded lately is kept"
+    long_ago = time.time() - 2 * max_age
+    os.utime(copy, (long_ago, long_ago))
+    deadline = time.monotonic() + 30
+    while copy.exists():
+        assert time.monotonic() < deadline, "the API node never dropped its stale model copy"
+        time.sleep(0.05)
+    assert _classify(client, tenant, classifier_id) == "flights"
+    assert not copy.exists(), "serving a loaded model reads no file"
 
 
 def test_worker_nodes_resume_and_serve_through_s3_only(
@@ -135,7 +164,12 @@ def test_worker_nodes_resume_and_serve_through_s3_only(
     )
     assert reply.status_code == 200, reply.text
     assert reply.json()["top_class"] == "flights"
-    assert list(api_root.rglob("model/epoch-*/*")), "the API node serves a copy fetched from S3"
+    [copy] = api_root.rglob("model/epoch-*")
+    assert any(copy.iterdir()), "the API node serves a copy fetched from S3"
+    _classify_until_swept(client, tenant, classifier_id, copy, settings.model_copy_max_age_seconds)
+    client.app.state.models.evict(classifier_id)  # type: ignore[attr-defined]  # memory pressure
+    assert _classify(client, tenant, classifier_id) == "flights"
+    assert any(copy.iterdir()), "a load after the sweep fetches the folder again"
     remote = _remote_keys(s3_bucket, s3_endpoint, classifier_keys)
     assert remote and not [k for k in remote if "/checkpoints/" in k], "checkpoints are removed once done"
 

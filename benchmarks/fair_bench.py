@@ -1,13 +1,17 @@
 """Fair-scheduling benchmark: how long a tenant's single job waits behind another tenant's backlog.
 
-    python benchmarks/fair_bench.py [--json] [--backlog 50] [--workers 2]
+    python benchmarks/fair_bench.py [--json] [--backlog 50] [--workers 2] [--yield-modes off,on]
 
 Starts the platform (``taas up`` on a free port, ``--workers`` training workers), lifts tenant
 A's quotas through the admin API, has A create ``--backlog`` classifiers in a burst, then has
 B create one. It polls every job until it starts training (``progress.state`` leaves
 ``queued``) and until it is Available, and reports, per tenant, the wait from create to start
 and the job durations (start to Available). Fair dispatch means B's wait is at most about one
-job duration; first-come-first-served makes B wait for A's whole backlog.
+job duration; first-come-first-served makes B wait for A's whole backlog. ``--yield-modes``
+runs the platform once per mode, side by side: ``off`` (``TAAS_YIELD_TO_FAIRER=false``: B
+waits for the first of A's running jobs to end) and ``on`` (A's newest running job gives its
+slot to B at once, and resumes later from its checkpoint); the report adds B's wait in median
+job durations for each.
 """
 
 from __future__ import annotations
@@ -62,11 +66,16 @@ def _create(client: httpx.Client, headers: dict[str, str], name: str) -> tuple[s
     return reply.json()["classifier_id"], time.monotonic()
 
 
-def run(backlog: int, workers: int) -> dict[str, object]:
+def run(backlog: int, workers: int, yield_to_fairer: bool) -> dict[str, object]:
     """Measure one run; returns per-tenant waits and job durations (seconds)."""
     with tempfile.TemporaryDirectory(prefix="fair-bench-") as tmp:
         port, admin_key = _free_port(), f"bench-admin-{time.time_ns()}"
-        env = {**os.environ, "TAAS_ADMIN_KEY": admin_key, "TAAS_DATA_DIR": str(Path(tmp) / "var")}
+        env = {
+            **os.environ,
+            "TAAS_ADMIN_KEY": admin_key,
+            "TAAS_DATA_DIR": str(Path(tmp) / "var"),
+            "TAAS_YIELD_TO_FAIRER": str(yield_to_fairer).lower(),
+        }
         env.pop("TAAS_DATABASE_URL", None)
         env.pop("TAAS_REDIS_URL", None)
         taas = [
@@ -106,10 +115,11 @@ def run(backlog: int, workers: int) -> dict[str, object]:
             waits[tenant].append(started[cid] - created)
         if cid in started and cid in done:
             durations.append(done[cid] - started[cid])
+    job_median = statistics.median(durations) if durations else None
     return {
-        "backlog": backlog,
-        "workers": workers,
-        "job_seconds_median": round(statistics.median(durations), 2) if durations else None,
+        "yield": yield_to_fairer,
+        "job_seconds_median": round(job_median, 2) if job_median else None,
+        "b_wait_in_jobs": round(waits["B"][0] / job_median, 2) if waits["B"] and job_median else None,
         "wait_seconds": {
             t: {"median": round(statistics.median(w), 2), "max": round(max(w), 2)}
             for t, w in waits.items()
@@ -125,8 +135,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--backlog", type=int, default=50, help="jobs tenant A queues first")
     parser.add_argument("--workers", type=int, default=2, help="training workers (slots)")
+    parser.add_argument("--yield-modes", default="off,on", help="TAAS_YIELD_TO_FAIRER of each run")
     args = parser.parse_args()
-    report = run(args.backlog, args.workers)
+    if not set(args.yield_modes.split(",")) <= {"off", "on"}:
+        parser.error(f"--yield-modes takes off and on, not {args.yield_modes!r}")
+    runs = [run(args.backlog, args.workers, mode == "on") for mode in args.yield_modes.split(",")]
+    report = {"backlog": args.backlog, "workers": args.workers, "runs": runs}
     print(json.dumps(report) if args.json else json.dumps(report, indent=2))
 
 

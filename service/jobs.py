@@ -232,12 +232,13 @@ def record_checkpoint(session: Session, lease: JobLease, *, path: str, step: int
     )
 
 
-def release_job(session: Session, lease: JobLease, *, now: datetime) -> bool:
-    """Give the job back at a worker's shutdown (not a failure): training -> queued at once."""
+def release_job(session: Session, lease: JobLease, *, now: datetime, why: str = "at shutdown") -> bool:
+    """Give the job back (not a failure): training -> queued at once. ``why`` completes the
+    timeline's "released by <worker> ..." (a shutdown, or a slot yielded to a fairer tenant)."""
     return _fenced(
         session,
         lease,
-        event=_event(lease, "queued", now, detail=f"released by {lease.worker_id} at shutdown"),
+        event=_event(lease, "queued", now, detail=f"released by {lease.worker_id} {why}"),
         state=JobState.QUEUED.value,
         lease_owner=None,
         lease_expires_at=None,

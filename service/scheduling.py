@@ -13,16 +13,18 @@ another worker):
 3. then that tenant's oldest job.
 
 So with S slots and T tenants, a tenant with one queued job starts at the first slot that
-frees, however many jobs another tenant queued before it: it waits at most about one job
-duration. Dispatch is work-conserving (a tenant alone may use every slot); under contention
-each tenant converges to S / T slots. docs/scheduling.md argues the races.
+frees, however many jobs another tenant queued before it. Dispatch is work-conserving (a
+tenant alone may use every slot), so a tenant that arrives while another holds every slot
+would wait for a job to end; :func:`should_yield` makes the holder give one back at once
+instead (the job checkpoints and is queued again, and resumes later), so under contention
+no tenant holds more than its share. docs/scheduling.md argues the races.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import ColumnElement, Subquery, and_, func, select
 from sqlalchemy.orm import Session
 
 from service.jobs import claimable, reserve_job
@@ -31,19 +33,28 @@ from service.models import JobState, TrainingJob
 _HOLDING = (JobState.QUEUED.value, JobState.TRAINING.value)
 
 
-def next_fair_job(session: Session, *, now: datetime, worker_id: str | None = None) -> str | None:
-    """The id of the job ``worker_id`` should take next, or None when nothing is claimable."""
-    holding = and_(
+def _holding(now: datetime) -> ColumnElement[bool]:
+    """A job that holds a slot at ``now``: training under a live lease, or reserved."""
+    return and_(
         TrainingJob.state.in_(_HOLDING),
         TrainingJob.lease_owner.is_not(None),
         TrainingJob.lease_expires_at >= now,
     )
-    slots = (
+
+
+def _slots(now: datetime) -> Subquery:
+    """(tenant_id, n): the slots each tenant holds at ``now`` (tenants holding none are absent)."""
+    return (
         select(TrainingJob.tenant_id, func.count().label("n"))
-        .where(holding)
+        .where(_holding(now))
         .group_by(TrainingJob.tenant_id)
         .subquery()
     )
+
+
+def next_fair_job(session: Session, *, now: datetime, worker_id: str | None = None) -> str | None:
+    """The id of the job ``worker_id`` should take next, or None when nothing is claimable."""
+    slots = _slots(now)
     last_start = (
         select(TrainingJob.tenant_id, func.max(TrainingJob.started_at).label("at"))
         .group_by(TrainingJob.tenant_id)
@@ -64,6 +75,37 @@ def next_fair_job(session: Session, *, now: datetime, worker_id: str | None = No
     )
     session.rollback()  # end the read: the reservation that follows is its own transaction
     return picked
+
+
+def should_yield(session: Session, job_id: str, *, now: datetime) -> bool:
+    """Whether the training job ``job_id`` should give its slot to a tenant holding fewer.
+
+    True when a claimable job of another tenant waits, that tenant holds at least two slots
+    fewer than this job's tenant, and this job is the most recently started of its tenant's
+    training jobs (so a tenant gives back one slot at a time). Moving that one slot makes the
+    split more even, and the same rule cannot move it back, so jobs do not ping-pong; with a
+    gap of one (one slot in all, or a split as even as whole slots allow) nothing yields.
+    """
+    mine = session.scalar(select(TrainingJob.tenant_id).where(TrainingJob.id == job_id))
+    if mine is None:
+        session.rollback()
+        return False
+    held = session.scalar(select(func.count()).where(_holding(now), TrainingJob.tenant_id == mine)) or 0
+    youngest = session.scalar(
+        select(TrainingJob.id)
+        .where(_holding(now), TrainingJob.tenant_id == mine, TrainingJob.state == JobState.TRAINING.value)
+        .order_by(TrainingJob.started_at.desc(), TrainingJob.id.desc())
+        .limit(1)
+    )
+    slots = _slots(now)
+    fewest_waiting = session.scalar(
+        select(func.min(func.coalesce(slots.c.n, 0)))
+        .select_from(TrainingJob)
+        .outerjoin(slots, slots.c.tenant_id == TrainingJob.tenant_id)
+        .where(claimable(now), TrainingJob.tenant_id != mine)
+    )
+    session.rollback()  # a read only
+    return youngest == job_id and fewest_waiting is not None and fewest_waiting + 2 <= held
 
 
 def reserve_fair_job(session: Session, worker_id: str, *, now: datetime, hold: timedelta) -> str | None:

@@ -90,6 +90,12 @@ class Settings(BaseSettings):
         1.0, ge=0, description="Delay before a failed job's first retry; doubled at each further failure."
     )
     retry_backoff_max_seconds: float = Field(60.0, ge=0, description="Longest delay before a retry.")
+    yield_to_fairer: bool = Field(
+        True,
+        description="A training job gives its slot back (checkpoint, queued again, resumed later) "
+        "when another tenant waits holding at least two slots fewer than its tenant; off: a "
+        "tenant that arrives while another holds every slot waits for a job to end.",
+    )
     requeue_grace_seconds: float = Field(
         10.0, ge=0, description="A queued job whose message is absent from Redis this long is re-sent."
     )

@@ -38,8 +38,9 @@ def train(job_id: str) -> None:
     (the reconciler counts a message spent on another job as covering it). Nothing claimable
     (the job is gone, finished, leased elsewhere, backing off): return quietly.
 
-    Raises celery's Reject (requeue) when the worker shuts down mid-job: the job has written a
-    checkpoint and released its lease, so the next worker resumes it.
+    Raises celery's Reject (requeue) when the worker shuts down mid-job, or the job gives its
+    slot to a tenant holding fewer: the job has written a checkpoint and released its lease, so
+    the next worker to claim it resumes it (this one goes on to the fairest job).
     """
     settings = get_settings()
     worker_id = worker_identity()

@@ -62,6 +62,7 @@ from trainer.errors import (
     TrainingStopped,
 )
 from trainer.hparams import DEFAULT_HPARAMS, HParams
+from workers.fair_share import FairShare
 from workers.lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ def run_training_job(
     """Train job ``job_id`` as ``worker_id``; return quietly if the job cannot be claimed.
 
     A job that is gone, finished, cancelled, backing off or leased by a live worker is left
-    alone. ``stop_requested`` is polled while training: when it turns true the trainer
+    alone. ``stop_requested`` is polled while training: when it turns true, or when the job
+    should give its slot to a tenant holding fewer (:mod:`workers.fair_share`), the trainer
     checkpoints, the job is released and :class:`JobInterrupted` is raised. Database errors
     propagate (the job's lease then expires and the reconciler requeues it).
     """
@@ -130,6 +132,11 @@ class _JobRun:
         self.stop_requested = stop_requested
         self.store = ArtifactStore.open(settings)
         self.keeper: LeaseKeeper | None = None
+        self.fair_share = (
+            FairShare(sessions, job_id, every_seconds=settings.heartbeat_seconds)
+            if settings.yield_to_fairer
+            else None
+        )
         self.checkpoints: _CheckpointWatcher | None = None
         self.resumed_from: int | None = None
         self._last_progress = 0.0
@@ -303,7 +310,8 @@ class _JobRun:
     def _should_stop(self) -> bool:
         assert self.keeper is not None and self.checkpoints is not None
         self.checkpoints.poll()
-        return self.keeper.lost or self.stop_requested()
+        yields = self.fair_share is not None and self.fair_share.should_yield()
+        return self.keeper.lost or self.stop_requested() or yields
 
     def _stopped(self, lease: JobLease, context: JobContext, stopped: TrainingStopped) -> None:
         assert self.keeper is not None
@@ -314,11 +322,14 @@ class _JobRun:
             log.info("job %s: stopped: %s", self.job_id, self.keeper.reason)
             self._clean_if_deleted(context)
             return
-        # Shutting down: give the job back so the next worker claims it at once and resumes
-        # from the checkpoint just written.
+        # Shutting down, or yielding to a fairer tenant: give the job back so the next worker
+        # claims it at once and resumes from the checkpoint just written.
+        shutdown = self.stop_requested()
+        why = "at shutdown" if shutdown else "to a tenant holding fewer slots"
         with self.sessions() as session:
-            release_job(session, lease, now=_now())
-        raise JobInterrupted(f"job {self.job_id} interrupted by worker shutdown; checkpoint kept")
+            release_job(session, lease, now=_now(), why=why)
+        cause = "worker shutdown" if shutdown else "a tenant holding fewer slots"
+        raise JobInterrupted(f"job {self.job_id} interrupted by {cause}; checkpoint kept")
 
     def _record_checkpoint(self, lease: JobLease, path: Path, step: int) -> bool:
         # Stored for every node (and the rotated-out one removed) before the pointer names it.

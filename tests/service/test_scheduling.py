@@ -24,7 +24,7 @@ from service import jobs
 from service.db import make_engine, session_factory
 from service.jobs import BackOff, JobLease
 from service.models import Classifier, Tenant, utcnow
-from service.scheduling import next_fair_job, reserve_fair_job
+from service.scheduling import next_fair_job, reserve_fair_job, should_yield
 from service.settings import Settings
 from tests.conftest import migrated_database
 
@@ -246,3 +246,44 @@ def test_a_message_spent_on_another_job_covers_the_job_it_named(db: Session) -> 
     assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[b1]) == [a3]
     assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[a3]) == [a2]
     assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[]) == [a2, a3]
+
+
+def _training(session: Session, tenant: str, count: int, at: datetime) -> list[JobLease]:
+    """``count`` jobs of ``tenant`` claimed by workers of their own, one second apart."""
+    leases = []
+    for i, job_id in enumerate(_queue(session, tenant, count, at)):
+        lease = jobs.claim_job(session, job_id, f"{tenant}-w{i}", now=at + timedelta(seconds=i), lease=LEASE)
+        assert lease is not None
+        leases.append(lease)
+    return leases
+
+
+def _yields(db: Session, *leases: JobLease | None, now: datetime) -> tuple[bool, ...]:
+    return tuple(lease is not None and should_yield(db, lease.job_id, now=now) for lease in leases)
+
+
+def test_a_tenant_holding_every_slot_yields_its_newest_to_a_tenant_that_waits(db: Session) -> None:
+    t0 = utcnow()
+    older, newest = _training(db, "A", 2, t0)  # A holds both slots
+    now = t0 + timedelta(seconds=5)
+    assert _yields(db, older, newest, now=now) == (False, False)  # nobody waits
+    [waiting] = _queue(db, "B", 1, now)
+    assert _yields(db, older, newest, now=now) == (False, True)  # A's newest gives way
+
+    assert jobs.release_job(db, newest, now=now, why="to a tenant holding fewer slots")
+    taken = _take(db, now)
+    assert taken is not None and taken.job_id == waiting  # the freed slot goes to B
+    # one slot each now: nobody yields, whoever waits
+    _queue(db, "C", 1, now)
+    assert not any(_yields(db, older, taken, now=now))
+
+
+def test_nothing_yields_with_one_slot_or_a_reserved_waiter(db: Session) -> None:
+    t0 = utcnow()
+    [only] = _training(db, "A", 1, t0)
+    now = t0 + timedelta(seconds=5)
+    [b_job] = _queue(db, "B", 1, now)
+    assert not should_yield(db, only.job_id, now=now)  # one slot: B waits for it to end
+    [newest] = _training(db, "A", 1, now)
+    assert jobs.reserve_job(db, b_job, "w-b", now=now, hold=LEASE)  # a free worker took B's job
+    assert not should_yield(db, newest.job_id, now=now)  # B holds a slot already: 1 against 2

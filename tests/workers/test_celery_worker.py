@@ -44,6 +44,20 @@ def _states(session: Session, job_ids: list[str]) -> set[str]:
     return set(session.scalars(select(TrainingJob.state).where(TrainingJob.id.in_(job_ids))))
 
 
+def _timeline(session: Session, job_ids: list[str]) -> list[JobEvent]:
+    """The jobs' events, oldest first."""
+    return list(
+        session.scalars(
+            select(JobEvent).where(JobEvent.job_id.in_(job_ids)).order_by(JobEvent.at, JobEvent.id)
+        )
+    )
+
+
+def _yielded(events: list[JobEvent]) -> list[str]:
+    """The jobs released to give their slot to a tenant holding fewer, once per release."""
+    return [e.job_id for e in events if e.kind == "queued" and "holding fewer" in (e.detail or "")]
+
+
 def test_worker_process_trains_a_job_enqueued_by_task_name(
     broker: str,
     settings_factory: Callable[..., Settings],
@@ -93,11 +107,12 @@ def test_two_workers_start_a_single_job_at_the_first_free_slot_behind_a_backlog(
         interval=0.5,
         message="every job trained by the two workers",
     )
-    events = session.scalars(
-        select(JobEvent).where(JobEvent.job_id.in_(every)).order_by(JobEvent.at, JobEvent.id)
-    ).all()
+    events = _timeline(session, every)
     claims = [e.job_id for e in events if e.kind == "claimed"]
-    assert sorted(claims) == sorted(every)  # each job claimed once: no double run, none lost
+    yielded = _yielded(events)
+    # each job claimed once, and once more after each time it gave its slot to B: no double
+    # run, none lost; A gives back at most the one slot that B's single job needs
+    assert sorted(claims) == sorted(every + yielded) and len(yielded) <= 1
     b_created = session.get(TrainingJob, single.job_id).created_at  # type: ignore[union-attr]
     b_claimed = next(e.at for e in events if e.kind == "claimed" and e.job_id == single.job_id)
     a_claims_between = [
@@ -109,3 +124,46 @@ def test_two_workers_start_a_single_job_at_the_first_free_slot_behind_a_backlog(
     assert len(a_claims_between) <= 1, a_claims_between
     finished_before_b = [e for e in events if e.kind == "done" and b_created < e.at < b_claimed]
     assert len(finished_before_b) <= 1 + len(a_claims_between)  # started at the first free slot
+
+
+@pytest.mark.slow
+def test_a_tenant_holding_both_slots_gives_one_to_a_tenant_that_arrives(
+    broker: str,
+    settings_factory: Callable[..., Settings],
+    queue_job: Callable[..., Any],
+    start_workers: Callable[..., list[subprocess.Popen[bytes]]],
+    intents_csv: Path,
+    session: Session,
+    wait_until: Callable[..., Any],
+) -> None:
+    settings = settings_factory(redis_url=broker)
+    start_workers(settings, 2, TAAS_LEARNERS="1", TAAS_HEARTBEAT_SECONDS="0.5")
+    first = queue_job(intents_csv, settings)
+    a_jobs = [first.job_id, queue_job(intents_csv, settings, first.tenant_id).job_id]
+    wait_until(
+        lambda: _states(session, a_jobs) == {JobState.TRAINING},
+        timeout=60,
+        interval=0.1,
+        message="both workers training tenant A's jobs",
+    )
+    single = queue_job(intents_csv, settings)  # tenant B arrives while A holds every slot
+
+    wait_until(
+        lambda: _states(session, [single.job_id]) != {JobState.QUEUED},
+        timeout=60,
+        interval=0.1,
+        message="B's job started",
+    )
+    assert _states(session, a_jobs) & {JobState.TRAINING, JobState.QUEUED}, "A's jobs had not ended"
+    wait_until(
+        lambda: _states(session, [*a_jobs, single.job_id]) == {JobState.SUCCEEDED},
+        timeout=300,
+        interval=0.5,
+        message="every job trained",
+    )
+    events = _timeline(session, a_jobs)
+    yielded = _yielded(events)
+    assert len(yielded) == 1, [(e.job_id[:8], e.kind, e.detail) for e in events]
+    timeline = [e.kind for e in events if e.job_id == yielded[0]]
+    after = timeline[timeline.index("queued", 1) :]  # from its release on
+    assert after[:3] == ["queued", "claimed", "resumed"] and after[-1] == "done", timeline

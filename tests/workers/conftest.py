@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from service.classifiers import create_classifier
 from service.datasets import stage_upload
 from service.jobs import latest_job
+from service.models import Classifier, TrainingJob
 from service.settings import Settings
 from service.store import ArtifactStore
 from service.tenancy import create_tenant
@@ -50,6 +51,15 @@ class QueuedJob:
     job_id: str
     classifier_id: str
     tenant_id: str
+
+    def reload(self, session: Session) -> tuple[TrainingJob, Classifier]:
+        """The job's and classifier's rows as a worker left them: ends ``session``'s read
+        transaction and forgets its loaded rows first."""
+        session.rollback()
+        session.expire_all()
+        job, classifier = session.get(TrainingJob, self.job_id), session.get(Classifier, self.classifier_id)
+        assert job is not None and classifier is not None
+        return job, classifier
 
 
 @pytest.fixture

@@ -12,22 +12,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.jobs import BackOff, claim_job, requeue_expired
-from service.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
+from service.models import ClassifierStatus, JobEvent, JobState
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.inference import LoadedModel
 from workers.training_run import JobInterrupted, run_training_job
 
 pytestmark = pytest.mark.integration
-
-
-def _reload(session: Session, queued: Any) -> tuple[TrainingJob, Classifier]:
-    session.rollback()  # end any read transaction and forget loaded rows: see what the worker committed
-    session.expire_all()
-    job = session.get(TrainingJob, queued.job_id)
-    classifier = session.get(Classifier, queued.classifier_id)
-    assert job is not None and classifier is not None
-    return job, classifier
 
 
 def test_queued_job_trains_to_available_with_metrics(
@@ -37,7 +28,7 @@ def test_queued_job_trains_to_available_with_metrics(
 
     run_training_job(queued.job_id, worker_settings, "host-a:1")
 
-    job, classifier = _reload(session, queued)
+    job, classifier = queued.reload(session)
     assert job.state == JobState.SUCCEEDED
     assert (job.epoch, job.attempts, job.lease_owner) == (1, 1, None)
     assert job.progress is not None and job.progress["phase"] in {"saving", "done"}
@@ -60,12 +51,12 @@ def test_finished_job_is_left_alone_when_delivered_again(
 ) -> None:
     queued = queue_job(intents_csv)
     run_training_job(queued.job_id, worker_settings, "host-a:1")
-    _, before = _reload(session, queued)
+    _, before = queued.reload(session)
     model_dir, updated_at = before.model_dir, before.updated_at
 
     run_training_job(queued.job_id, worker_settings, "host-b:2")
 
-    job, classifier = _reload(session, queued)
+    job, classifier = queued.reload(session)
     assert (job.state, job.epoch, job.attempts) == (JobState.SUCCEEDED, 1, 1)
     assert (classifier.model_dir, classifier.updated_at) == (model_dir, updated_at)
 
@@ -97,7 +88,7 @@ def test_worker_whose_lease_was_taken_over_writes_nothing(
 
     run_training_job(queued.job_id, stale_settings, "host-a:1", stop_requested=take_over_once)
 
-    job, classifier = _reload(session, queued)
+    job, classifier = queued.reload(session)
     assert taken_over == [3]  # the reconciler's requeue bumped the epoch, then the claim did
     assert (job.state, job.epoch, job.lease_owner) == (JobState.TRAINING, 3, "host-b:2")
     assert classifier.status == ClassifierStatus.TRAINING
@@ -115,11 +106,11 @@ def test_worker_shutting_down_releases_its_lease_and_the_next_one_finishes(
     with pytest.raises(JobInterrupted):
         run_training_job(queued.job_id, worker_settings, "host-a:1", stop_requested=lambda: True)
 
-    job, _ = _reload(session, queued)
+    job, _ = queued.reload(session)
     assert (job.state, job.lease_owner, job.failures) == (JobState.QUEUED, None, 0)
     assert job.checkpoint_step is not None and job.checkpoint_step >= 1
     run_training_job(queued.job_id, worker_settings, "host-b:2")
-    job, classifier = _reload(session, queued)
+    job, classifier = queued.reload(session)
     assert (job.state, job.epoch, job.attempts) == (JobState.SUCCEEDED, 2, 2)
     assert classifier.status == ClassifierStatus.AVAILABLE
 
@@ -141,7 +132,7 @@ def test_a_corrupt_checkpoint_falls_back_to_the_one_before_or_to_the_start(
 
     with pytest.raises(JobInterrupted):  # shut down once the trainer keeps two checkpoints
         run_training_job(queued.job_id, settings, "host-a:1", stop_requested=lambda: len(kept()) >= 2)
-    job, _ = _reload(session, queued)
+    job, _ = queued.reload(session)
     assert job.checkpoint_path is not None and job.checkpoint_step is not None
     recorded_step = job.checkpoint_step
     recorded = store.resolve(job.checkpoint_path)
@@ -152,7 +143,7 @@ def test_a_corrupt_checkpoint_falls_back_to_the_one_before_or_to_the_start(
 
     run_training_job(queued.job_id, settings, "host-b:2")
 
-    job, classifier = _reload(session, queued)
+    job, classifier = queued.reload(session)
     assert (job.state, job.attempts, job.failures) == (JobState.SUCCEEDED, 2, 0)
     assert classifier.status == ClassifierStatus.AVAILABLE
     resumed = session.scalars(
@@ -178,38 +169,7 @@ def test_invalid_training_data_fails_the_job_with_a_reason_the_tenant_can_read(
 
     run_training_job(queued.job_id, worker_settings, "host-a:1")
 
-    job, classifier = _reload(session, queued)
+    job, classifier = queued.reload(session)
     assert job.state == JobState.FAILED
     assert classifier.status == ClassifierStatus.FAILED
     assert classifier.status_description.startswith("Invalid training data:")
-
-
-def test_a_job_yields_its_slot_to_a_tenant_holding_none_and_resumes_later(
-    queue_job: Callable[..., Any],
-    intents_csv: Path,
-    settings_factory: Callable[..., Settings],
-    session: Session,
-) -> None:
-    settings = settings_factory(redis_url=None, learners=1, heartbeat_seconds=0.1)
-    elsewhere = queue_job(intents_csv, settings)  # tenant A's other job, on another worker
-    mine = queue_job(intents_csv, settings, elsewhere.tenant_id)
-    now = datetime.now(UTC)
-    assert claim_job(session, elsewhere.job_id, "host-x:1", now=now, lease=timedelta(minutes=10))
-    waiting = queue_job(intents_csv, settings)  # tenant B's one job: A holds both slots once mine starts
-
-    with pytest.raises(JobInterrupted, match="a tenant holding fewer slots"):
-        run_training_job(mine.job_id, settings, "host-a:1")
-
-    job, _ = _reload(session, mine)
-    assert (job.state, job.lease_owner) == (JobState.QUEUED, None)
-    yielded_at = job.checkpoint_step  # the checkpoint written as it yielded
-    assert job.checkpoint_path is not None and yielded_at
-    kinds = [(e.kind, e.detail) for e in session.scalars(select(JobEvent).where(JobEvent.job_id == job.id))]
-    assert kinds[-1] == ("queued", "released by host-a:1 to a tenant holding fewer slots"), kinds
-    # B's job takes the freed slot; one slot each for A and B now, so A's job runs to the end
-    assert claim_job(session, waiting.job_id, "host-b:1", now=datetime.now(UTC), lease=timedelta(minutes=10))
-    run_training_job(mine.job_id, settings, "host-a:1")
-    job, classifier = _reload(session, mine)
-    assert job.state == JobState.SUCCEEDED and classifier.status == ClassifierStatus.AVAILABLE
-    resumed = session.scalars(select(JobEvent).where(JobEvent.job_id == job.id, JobEvent.kind == "resumed"))
-    assert [e.step for e in resumed] == [yielded_at]  # it went on from where it stopped

@@ -91,6 +91,9 @@ def should_yield(session: Session, job_id: str, *, now: datetime) -> bool:
         session.rollback()
         return False
     held = session.scalar(select(func.count()).where(_holding(now), TrainingJob.tenant_id == mine)) or 0
+    if held < 2:  # the common case: nothing to give back, and no more queries
+        session.rollback()
+        return False
     youngest = session.scalar(
         select(TrainingJob.id)
         .where(_holding(now), TrainingJob.tenant_id == mine, TrainingJob.state == JobState.TRAINING.value)

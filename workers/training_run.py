@@ -324,11 +324,11 @@ class _JobRun:
             return
         # Shutting down, or yielding to a fairer tenant: give the job back so the next worker
         # claims it at once and resumes from the checkpoint just written.
-        shutdown = self.stop_requested()
-        why = "at shutdown" if shutdown else "to a tenant holding fewer slots"
+        yielding = self.fair_share is not None and self.fair_share.yielding
+        why = "to a tenant holding fewer slots" if yielding else "at shutdown"
         with self.sessions() as session:
             release_job(session, lease, now=_now(), why=why)
-        cause = "worker shutdown" if shutdown else "a tenant holding fewer slots"
+        cause = "a tenant holding fewer slots" if yielding else "worker shutdown"
         raise JobInterrupted(f"job {self.job_id} interrupted by {cause}; checkpoint kept")
 
     def _record_checkpoint(self, lease: JobLease, path: Path, step: int) -> bool:

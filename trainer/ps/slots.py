@@ -167,6 +167,15 @@ class SlotRing:
         if state_of(value) == FILLING:
             self.words[slot] = word(seq_of(value), FREE)
 
+    def looks_ready(self, slot: int) -> bool:
+        """A plain read: whether the slot seemed READY. Exact for the slot's own owner, the only
+        party that makes it READY; for others a hint to confirm with ``take_ready``."""
+        return state_of(self.words[slot]) == READY
+
+    def ready_looking(self) -> list[int]:
+        """The slots whose words read READY in one plain read (hints, as ``looks_ready``)."""
+        return [slot for slot, value in enumerate(self.words.tolist()) if value & 3 == READY]
+
     def states(self) -> np.ndarray:
         """Every slot's state (a snapshot, for the supervisor and tests)."""
         return self.words & 3

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -32,7 +33,7 @@ from service.models import (
     new_id,
 )
 from service.settings import Settings
-from service.store import ArtifactStore
+from service.store import ArtifactStore, read_fetched
 from trainer.bundle import BundleInvalid, extract_bundle, write_bundle
 from trainer.errors import CheckpointCorrupt
 from trainer.inference import LoadedModel
@@ -45,19 +46,26 @@ def export(
     store: ArtifactStore, classifier: Classifier, out: IO[bytes], version: ClassifierVersion | None = None
 ) -> None:
     """Write the model of ``version`` (default: the one the classifier serves) to ``out`` as a
-    bundle; Conflict unless it is Available."""
+    bundle; Conflict unless it is Available. ``out`` must be seekable: when the node-local
+    copy of the model went between its fetch and the read (:func:`read_fetched`), the bundle is
+    written again from the start of ``out``."""
     shown: TrainedModel = classifier if version is None else version
     if shown.status != ClassifierStatus.AVAILABLE.value or not shown.model_dir:
         what = f"classifier '{classifier.id}'" if version is None else f"version {version.number}"
         raise Conflict(f"{what} is {shown.status}; a bundle needs status Available")
-    model_dir = store.fetch(store.resolve(shown.model_dir), folder=True)
     about = {
         "name": classifier.name,
         "language": classifier.language,
         "classifier_id": classifier.id,
         "version": classifier.serving_version if version is None else version.number,
     }
-    write_bundle(model_dir, out, about=about)
+
+    def write(model_dir: Path) -> None:
+        out.seek(0)
+        out.truncate()
+        write_bundle(model_dir, out, about=about)
+
+    read_fetched(partial(store.fetch, folder=True), store.resolve(shown.model_dir), write)
 
 
 def import_bundle(

@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service import bundles
 from service.app import create_app
+from service.models import Classifier, ClassifierStatus
 from service.settings import Settings
 from service.store import ArtifactStore
-from trainer.bundle import write_bundle
-from trainer.inference import META_FILE
+from trainer.bundle import extract_bundle, write_bundle
+from trainer.inference import META_FILE, LoadedModel
 
 TEXTS = ["is it going to rain", "how warm is it tomorrow", "snow?"]
 
@@ -173,3 +175,38 @@ def test_a_bundle_over_the_upload_limit_is_413(
             headers={**tenant.headers, "Content-Type": "application/gzip"},
         )
     assert reply.status_code == 413
+
+
+def test_a_model_copy_dropped_between_fetch_and_read_is_fetched_again_and_bundled_once(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """With a remote store, the node's copy of a model may go (the model-copy sweep, a worker's
+    drop) just after an export fetched it: the export fetches it again and rewrites the bundle
+    from its start, so the file holds one whole bundle."""
+    remote = ArtifactStore(tmp_path / "remote")
+    node = ArtifactStore(tmp_path / "node", remote)
+    folder = node.model_dir("t", "c", 1) / "epoch-1"
+    remote.upload_tree(tiny_model, node.relative(folder))
+    real_fetch, fetches = node.fetch, []
+
+    def fetch_then_dropped_once(path: Path, *, folder: bool = False) -> Path:
+        fetched = real_fetch(path, folder=folder)
+        if not fetches:
+            node.drop_local(fetched)
+        fetches.append(path)
+        return fetched
+
+    node.fetch = fetch_then_dropped_once  # type: ignore[method-assign]
+    classifier = Classifier(
+        id="c", tenant_id="t", name="weather", language="en", serving_version=1,
+        status=ClassifierStatus.AVAILABLE.value, model_dir=node.relative(folder),
+    )  # fmt: skip
+    bundle = tmp_path / "c.taas"
+    with bundle.open("wb") as out:
+        out.write(b"left from before")
+        bundles.export(node, classifier, out)
+
+    assert fetches == [folder, folder]
+    extract_bundle(bundle, tmp_path / "extracted")
+    exported, original = LoadedModel.load(tmp_path / "extracted"), LoadedModel.load(tiny_model)
+    assert exported.classify(TEXTS) == original.classify(TEXTS)

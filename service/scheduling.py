@@ -86,29 +86,29 @@ def should_yield(session: Session, job_id: str, *, now: datetime) -> bool:
     split more even, and the same rule cannot move it back, so jobs do not ping-pong; with a
     gap of one (one slot in all, or a split as even as whole slots allow) nothing yields.
     """
-    mine = session.scalar(select(TrainingJob.tenant_id).where(TrainingJob.id == job_id))
-    if mine is None:
-        session.rollback()
-        return False
-    held = session.scalar(select(func.count()).where(_holding(now), TrainingJob.tenant_id == mine)) or 0
-    if held < 2:  # the common case: nothing to give back, and no more queries
-        session.rollback()
-        return False
-    youngest = session.scalar(
-        select(TrainingJob.id)
-        .where(_holding(now), TrainingJob.tenant_id == mine, TrainingJob.state == JobState.TRAINING.value)
-        .order_by(TrainingJob.started_at.desc(), TrainingJob.id.desc())
-        .limit(1)
-    )
-    slots = _slots(now)
-    fewest_waiting = session.scalar(
-        select(func.min(func.coalesce(slots.c.n, 0)))
-        .select_from(TrainingJob)
-        .outerjoin(slots, slots.c.tenant_id == TrainingJob.tenant_id)
-        .where(claimable(now), TrainingJob.tenant_id != mine)
-    )
-    session.rollback()  # a read only
-    return youngest == job_id and fewest_waiting is not None and fewest_waiting + 2 <= held
+    try:
+        mine = session.scalar(select(TrainingJob.tenant_id).where(TrainingJob.id == job_id))
+        if mine is None:
+            return False
+        held = session.scalar(select(func.count()).where(_holding(now), TrainingJob.tenant_id == mine)) or 0
+        if held < 2:  # the common case: nothing to give back, and no more queries
+            return False
+        youngest = session.scalar(
+            select(TrainingJob.id)
+            .where(_holding(now), TrainingJob.tenant_id == mine, TrainingJob.state == JobState.TRAINING.value)
+            .order_by(TrainingJob.started_at.desc(), TrainingJob.id.desc())
+            .limit(1)
+        )
+        slots = _slots(now)
+        fewest_waiting = session.scalar(
+            select(func.min(func.coalesce(slots.c.n, 0)))
+            .select_from(TrainingJob)
+            .outerjoin(slots, slots.c.tenant_id == TrainingJob.tenant_id)
+            .where(claimable(now), TrainingJob.tenant_id != mine)
+        )
+        return youngest == job_id and fewest_waiting is not None and fewest_waiting + 2 <= held
+    finally:
+        session.rollback()  # a read only
 
 
 def reserve_fair_job(session: Session, worker_id: str, *, now: datetime, hold: timedelta) -> str | None:

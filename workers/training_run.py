@@ -310,8 +310,11 @@ class _JobRun:
     def _should_stop(self) -> bool:
         assert self.keeper is not None and self.checkpoints is not None
         self.checkpoints.poll()
-        yields = self.fair_share is not None and self.fair_share.should_yield()
-        return self.keeper.lost or self.stop_requested() or yields
+        return (
+            self.keeper.lost
+            or self.stop_requested()
+            or (self.fair_share is not None and self.fair_share.should_yield())
+        )
 
     def _stopped(self, lease: JobLease, context: JobContext, stopped: TrainingStopped) -> None:
         assert self.keeper is not None

@@ -104,8 +104,13 @@ class TextClassifierTask:
         self.class_weights = class_weights
 
     def attach(self, params: list[torch.Tensor]) -> None:
-        """Bind to the server's tensors as leaf views autograd may differentiate (no copies)."""
-        self.table, *self.dense = [p.detach().requires_grad_(True) for p in params]
+        """Bind to the server's tensors as leaf views autograd may differentiate (no copies).
+
+        ``.data``, not ``.detach()``: a view with a version counter of its own. CUDA learners
+        are threads sharing the server's tensor objects, so another learner's in-place apply
+        between this one's forward and backward would bump a shared counter and fail the
+        backward; the read is Hogwild's either way (docs/parameter-server.md, the pull)."""
+        self.table, *self.dense = [p.data.requires_grad_(True) for p in params]
         if self.class_weights is not None:
             self.class_weights = self.class_weights.to(self.table.device)
 

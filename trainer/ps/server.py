@@ -473,7 +473,7 @@ def _fused_adam(
 ) -> None:
     """torch's fused Adam kernel, in place (one pass instead of eight elementwise ops)."""
     b1, b2 = opt.betas
-    steps = [torch.tensor(float(step)) for _ in params]
+    steps = [torch.tensor(float(step), device=p.device) for p in params]  # beside the parameters
     torch._fused_adam_(
         params,
         grads,

@@ -98,7 +98,7 @@ class SlotRing:
             return tensor.share_memory_() if shared else tensor
 
         values = [
-            alloc(slots, max_rows, *shape[1:]) if is_rows else alloc(slots, *shape)
+            alloc(slots, max_rows, *shape[1:], on=device) if is_rows else alloc(slots, *shape, on=device)
             for shape, is_rows in shapes
         ]
         return SlotHandles(

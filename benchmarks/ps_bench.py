@@ -229,6 +229,9 @@ def run_mode(
             raise RuntimeError(f"{mode}/{kind}/{batch}: a worker exited with {w.exitcode}")
     stats = None
     if ps is not None:
+        # As the engine's supervisor does at every round end: a last push published after the
+        # last holder's drain read the slots is still READY (docs/parameter-server.md).
+        ps.drain()
         st = ps.stats()
         assert st.applied == st.pushed, st  # exactly once, in every bench run too
         stats = {**st.as_dict(), "apply_busy": (a1 - a0) / (t1 - t0)}

@@ -13,6 +13,9 @@ same model, the same synthetic batches and plain SGD (lr 0.01), one torch thread
 * ``ps``      K learner processes on taas's parameter server (trainer.ps), exactly-once applies;
 * ``bounded`` the same with the staleness bound ``--staleness-bound`` (default 0: learners
               wait until no gradient is staler than it; not in the default modes);
+* ``ps:S``    (and ``bounded:S``) the PS with S stripes (trainer.ps.stripes; 0: every gradient
+              applied whole under the apply role); plain ``ps`` takes the engine's default
+              for K (``default_stripes``);
 * ``hogwild`` K processes on ``model.share_memory()`` parameters, lock-free, PyTorch's Hogwild;
 * ``ddp``     K processes, DistributedDataParallel on gloo.
 
@@ -23,10 +26,10 @@ and the PS's achieved bandwidth on the dense model while it moves data: (gradien
 copied into slots + gradient bytes applied to the parameters) / (seconds copying into slots +
 seconds applying). (Learners read parameters in place, so pulls move no bytes.)
 For ``ps`` and ``bounded`` it also reports ``apply_busy``: the share of the measured window in
-which the server's one apply role was applying. Every gradient is applied under that role,
-so it is the PS's ceiling: at a busy share b, the same model and batch cannot go past about
-samples_per_s / b however many learners push, and with learners as fast as alone b grows
-with K (docs/benchmarks.md).
+which the server's one apply role was held. Without stripes every gradient is applied under
+that role, so it is the PS's ceiling: at a busy share b, the same model and batch cannot go
+past about samples_per_s / b however many learners push, and with learners as fast as alone
+b grows with K; with stripes the role only orders gradients (docs/benchmarks.md).
 With --json it prints one JSON object; without, a table with the ratios.
 """
 
@@ -52,6 +55,7 @@ from trainer.hparams import DEFAULT_HPARAMS  # noqa: E402
 from trainer.model import ModelConfig, TextClassifier  # noqa: E402
 from trainer.ps.learner import Learner  # noqa: E402
 from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer  # noqa: E402
+from trainer.ps.stripes import default_stripes  # noqa: E402
 from trainer.step import Batch, TextClassifierTask, model_parameters  # noqa: E402
 
 SPARSE = ModelConfig(rows=1_000_000, dim=128, classes=150)
@@ -183,6 +187,7 @@ def run_mode(
     mode: str, kind: str, batch: int, k: int, seconds: float, bound: int = 0
 ) -> tuple[float, dict[str, Any] | None]:
     """samples/s of one mode (and the PS's counters for ps and bounded)."""
+    mode, _, stripes = mode.partition(":")
     ctx = mp.get_context("spawn")
     procs = 1 if mode == "single" else k
     ctl = torch.zeros(_FIELDS, dtype=torch.int64).share_memory_()
@@ -194,7 +199,14 @@ def run_mode(
         model = build_model(kind, 0)
         params = model_parameters(model) if kind == "sparse" else [(p, False) for p in model.parameters()]
         opt = OptimizerConfig(kind="sgd", lr=LR, staleness_bound=bound if mode == "bounded" else None)
-        ps = ParameterServer.create(params, opt, procs, batch * IDS_PER_EXAMPLE, shared=True)
+        ps = ParameterServer.create(
+            params,
+            opt,
+            procs,
+            batch * IDS_PER_EXAMPLE,
+            shared=True,
+            stripes=int(stripes) if stripes else default_stripes(procs),
+        )
         del model
         shared = ps.handles
     elif mode in ("single", "hogwild"):
@@ -282,6 +294,13 @@ def _table(report: dict[str, Any]) -> str:
             f"{_ratio(m.get('bounded'), ps):>12}"
             f"{m['busy'] if 'busy' in m else '-':>9}"
         )
+    for r in report["results"]:  # ps:S, the PS with S stripes, beside the same run's Hogwild
+        if ":" in r["mode"]:
+            hogwild = rows[(r["model"], r["batch"])].get("hogwild")
+            lines.append(
+                f"{r['model']:<7}{r['batch']:>6}  {r['mode']:<8}{r['samples_per_s']:>11,.0f} samples/s"
+                f"  /hogwild {_ratio(r['samples_per_s'], hogwild)}  busy {r.get('apply_busy', '-')}"
+            )
     memcpy, psbw = report["memcpy_bytes_per_s"], report["ps_dense_bytes_per_s"]
     lines.append(
         f"memcpy {memcpy / 1e9:.2f} GB/s; PS on the dense model {(psbw or 0) / 1e9:.2f} GB/s "
@@ -325,12 +344,12 @@ def main() -> None:
                             busy[mode] = stats["apply_busy"]
                     if not args.json:
                         print(f"{kind:<7}{batch:>4} {mode:<8}{rate:>12,.0f} samples/s", file=sys.stderr)
-                    if stats is not None and mode == "bounded" and args.staleness_bound < 4:
+                    if stats is not None and mode.startswith("bounded") and args.staleness_bound < 4:
                         # histogram buckets 0-3 are exact staleness values: none past the bound
                         assert not any(stats["staleness_histogram"][args.staleness_bound + 1 :]), stats
-                    if stats is not None and mode == "ps" and kind == "dense":
+                    if stats is not None and mode.startswith("ps") and kind == "dense":
                         bytes_moved += stats["bytes_pushed"] + stats["bytes_applied"]
-                        busy_s += stats["copy_s"] + stats["apply_s"]
+                        busy_s += stats["copy_s"] + stats["apply_s"] + stats["land_s"]
             results += [
                 {"model": kind, "mode": mode, "batch": batch, "samples_per_s": round(rate, 1)}
                 | ({"apply_busy": round(busy[mode], 3)} if mode in busy else {})

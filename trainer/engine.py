@@ -67,6 +67,7 @@ from trainer.ps.cuda import PER_GPU_LEARNERS, StreamPool
 from trainer.ps.learner import ShardData
 from trainer.ps.pool import InProcessPool, ProcessPool, RoundResult, SuspectState
 from trainer.ps.server import OptimizerConfig, ParameterServer
+from trainer.ps.stripes import default_stripes
 from trainer.step import DataCursor, TextClassifierTask, model_parameters, multi_label_loss
 
 MAX_RESTARTS = 2  # sessions restarted from the last checkpoint after a suspect state, per call
@@ -488,7 +489,7 @@ def _train(
         steps = math.ceil(len(data) * (1 - hparams.validation_fraction) / hparams.batch_size)
         learners = PER_GPU_LEARNERS if on_cuda else auto_learners(steps)
     # Learner processes start now, so their start-up overlaps featurisation.
-    processes = ProcessPool(learners) if learners > 1 and not on_cuda else None
+    processes = ProcessPool(learners, default_stripes(learners)) if learners > 1 and not on_cuda else None
     pool: InProcessPool | ProcessPool | StreamPool | None = processes
     try:
         early = ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, learners)

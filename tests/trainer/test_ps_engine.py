@@ -44,36 +44,38 @@ def fixed_plan() -> HParams:
     )
 
 
-@pytest.mark.parametrize("bound", [None, 0, 1])
-def test_two_learners_apply_every_pushed_gradient_exactly_once_within_the_bound(
-    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams, bound: int | None
+@pytest.mark.parametrize(("bound", "learners"), [(None, 2), (0, 2), (1, 2), (1, 3)])
+def test_learners_apply_every_pushed_gradient_exactly_once_within_the_bound(
+    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams, bound: int | None, learners: int
 ) -> None:
+    """Three learners land their gradients in stripes (trainer.ps.stripes.default_stripes)."""
     seen: list[Progress] = []
     result = train(
         small_data,
         workdir=tmp_path / "w",
         out_dir=tmp_path / "m",
         hparams=dataclasses.replace(fixed_plan, staleness_bound=bound),
-        learners=2,
+        learners=learners,
         on_progress=seen.append,
     )
-    expected = planned_updates(len(small_data), fixed_plan, 2)
-    assert result.learners == 2
+    expected = planned_updates(len(small_data), fixed_plan, learners)
+    assert result.learners == learners
     assert result.applied_updates == expected
     assert result.ps["applied"] == result.ps["pushed"] == expected
     histogram: list[int] = result.ps["staleness_histogram"]  # type: ignore[assignment]
     assert sum(histogram) == expected
     if bound is not None:  # buckets 0, 1, 2, 3 are exact staleness values
         assert sum(histogram[bound + 1 :]) == 0, histogram
-    assert seen[-1].learners == 2 and seen[-1].ps is not None and seen[-1].ps["applied"] == expected
+    assert seen[-1].learners == learners and seen[-1].ps is not None and seen[-1].ps["applied"] == expected
     assert result.metrics["accuracy"] >= 0.9  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("bound", [None, 0])
+@pytest.mark.parametrize(("bound", "learners"), [(None, 2), (0, 2), (None, 3)])
 def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
-    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams, bound: int | None
+    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams, bound: int | None, learners: int
 ) -> None:
-    """With a bound of 0 the survivor is usually waiting for the killed learner's gradient."""
+    """With a bound of 0 the survivor is usually waiting for the killed learner's gradient.
+    Three learners land their gradients in stripes (trainer.ps.stripes.default_stripes)."""
     killed: list[int] = []
 
     def kill_a_learner(progress: Progress) -> None:
@@ -87,13 +89,13 @@ def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
         workdir=tmp_path / "w",
         out_dir=tmp_path / "m",
         hparams=dataclasses.replace(fixed_plan, staleness_bound=bound),
-        learners=2,
+        learners=learners,
         on_progress=kill_a_learner,
     )
     assert killed, "the run ended before a learner could be killed"
     # respawned at its cursor, or (had it died holding the apply role) restarted from a checkpoint
     assert result.ps["respawns"] == 1 or result.resumed == 1
-    expected = planned_updates(len(small_data), fixed_plan, 2)
+    expected = planned_updates(len(small_data), fixed_plan, learners)
     assert result.applied_updates == expected
     assert result.ps["applied"] == result.ps["pushed"] == expected
 

@@ -1,4 +1,5 @@
-"""Property tests of the slot protocol: K learners push with random delays and random deaths.
+"""Property tests of the push protocol: K learners push with random delays and random deaths,
+on servers that apply under the apply role and on striped ones (trainer.ps.stripes).
 
 Learners are threads here so that hypothesis can try many interleavings with K up to 8 in
 a few seconds; a "death" is a learner that stops forever wherever it is, holding whatever it
@@ -34,18 +35,26 @@ class _Run:
     """One protocol run: K learner threads, n pushes each, some learners planned to die."""
 
     def __init__(
-        self, k: int, n: int, deaths: dict[int, tuple[str, int]], rng: random.Random, bound: int | None
+        self,
+        k: int,
+        n: int,
+        deaths: dict[int, tuple[str, int]],
+        rng: random.Random,
+        bound: int | None,
+        stripes: int,
     ) -> None:
         self.k, self.n, self.deaths, self.rng = k, n, deaths, rng
         table = torch.zeros((k * n, 1))
         opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_aware=False, staleness_bound=bound)
-        self.ps = ParameterServer.create([(table, True)], opt, k, max_rows=1, shared=False)
+        self.ps = ParameterServer.create([(table, True)], opt, k, max_rows=1, shared=False, stripes=stripes)
         self.delays = [[rng.uniform(0, 0.002) for _ in range(n)] for _ in range(k)]
         self.local = threading.local()
         self.the_end = threading.Event()
         self.dead: set[int] = set()
         self.staleness: list[int] = []  # of every apply, in apply order
         self.cursors: list[list[int]] = [[] for _ in range(k)]  # each learner's, in apply order
+        self.row_of: dict[int, int] = {}  # version -> the row of the gradient that got it
+        self.unlanded_reads: list[tuple[int, int]] = []  # (rank, base) read before base landed
         self._patch()
 
     def _die(self, rank: int) -> None:
@@ -54,25 +63,40 @@ class _Run:
         raise _Death
 
     def _patch(self) -> None:
-        ps, real_publish, real_apply = self.ps, self.ps.slots.publish_ready, self.ps._apply
+        ps = self.ps
+        real_publish, real_order, real_land = ps.slots.publish_ready, ps._order, ps._land
 
         def publish_ready(slot: int) -> None:
             if getattr(self.local, "die_at", None) == "filling":
                 self._die(self.local.rank)  # dies FILLING: this push never completes
             real_publish(slot)
 
-        def apply(
-            rank: int, rows: torch.Tensor, values: list[torch.Tensor], base: int, position: int
-        ) -> None:
+        def order(
+            rank: int, grad: Gradient, base: int, position: int, lander: int | None
+        ) -> tuple[float, int]:
             if getattr(self.local, "die_at", None) == "applying":
                 self._die(self.local.rank)  # dies holding the apply role, before touching anything
             time.sleep(self.rng.uniform(0, 0.0005))
             self.staleness.append(ps.version() - base)
             self.cursors[rank].append(position)
-            real_apply(rank, rows, values, base, position)
+            self.row_of[ps.version() + 1] = int(grad.rows[0])
+            return real_order(rank, grad, base, position, lander)
+
+        def land(
+            rows: torch.Tensor, values: list[torch.Tensor], lr: float, step: int, lander: int | None
+        ) -> None:
+            if getattr(self.local, "die_at", None) == "landing":
+                if ps.layout is not None:  # dies holding the stripe it lands in (unless another
+                    # dying lander holds it), nothing landed
+                    stripe = int(rows[0]) * ps.layout.count // ps.layout.table_rows
+                    ps.stripe_locks[stripe].acquire(block=False)
+                self._die(self.local.rank)
+            time.sleep(self.rng.uniform(0, 0.0005))
+            real_land(rows, values, lr, step, lander)
 
         ps.slots.publish_ready = publish_ready  # type: ignore[method-assign]
-        ps._apply = apply  # type: ignore[method-assign]
+        ps._order = order  # type: ignore[method-assign]
+        ps._land = land  # type: ignore[method-assign]
 
     def learner(self, rank: int) -> None:
         self.local.rank = rank
@@ -80,6 +104,9 @@ class _Run:
         try:
             for j in range(self.n):
                 base = self.ps.start_gradient(rank)
+                rows = [self.row_of[v] for v in range(1, base + 1)]
+                if (self.ps.params[0].numpy()[rows, 0] != -1).any():
+                    self.unlanded_reads.append((rank, base))
                 try:
                     time.sleep(self.delays[rank][j])  # computing
                     if plan is not None and plan[1] == j:
@@ -103,8 +130,9 @@ class _Run:
         try:
             while any(t.is_alive() for r, t in enumerate(threads) if r not in self.dead):
                 assert time.monotonic() < deadline, f"hung: dead {self.dead}, states {self.ps.slots.states()}"
-                if self.dead:
-                    self.ps.server[C.PAUSE] = 1  # the supervisor saw a death: survivors park
+                if self.dead:  # the supervisor saw a death: survivors park, stripe waits give up
+                    self.ps.server[C.DEATH] = 1
+                    self.ps.server[C.PAUSE] = 1
                 time.sleep(0.001)
             return self.ps.recover(sorted(self.dead))
         finally:
@@ -112,30 +140,39 @@ class _Run:
 
 
 @st.composite
-def _runs(draw: st.DrawFn) -> tuple[int, int, dict[int, tuple[str, int]], random.Random, int | None]:
+def _runs(draw: st.DrawFn) -> tuple[int, int, dict[int, tuple[str, int]], random.Random, int | None, int]:
     k = draw(st.integers(1, 8))
     n = draw(st.integers(1, 10))
     dying = draw(st.lists(st.integers(0, k - 1), max_size=2, unique=True))
     deaths = {
-        r: (draw(st.sampled_from(["computing", "filling", "applying"])), draw(st.integers(0, n - 1)))
+        r: (
+            draw(st.sampled_from(["computing", "filling", "applying", "landing"])),
+            draw(st.integers(0, n - 1)),
+        )
         for r in dying
     }
     bound = draw(st.one_of(st.none(), st.integers(0, 4)))
-    return k, n, deaths, random.Random(draw(st.integers(0, 2**32))), bound
+    stripes = draw(st.sampled_from([0, 1, 3]))
+    return k, n, deaths, random.Random(draw(st.integers(0, 2**32))), bound, stripes
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_runs())
 def test_every_completed_push_is_applied_exactly_once_within_the_bound_and_no_run_hangs(
-    run_args: tuple[int, int, dict[int, tuple[str, int]], random.Random, int | None],
+    run_args: tuple[int, int, dict[int, tuple[str, int]], random.Random, int | None, int],
 ) -> None:
-    k, n, deaths, rng, bound = run_args
-    run = _Run(k, n, deaths, rng, bound)
+    k, n, deaths, rng, bound, stripes = run_args
+    run = _Run(k, n, deaths, rng, bound, stripes)
     consistent = run.run()
     stats = run.ps.stats()
     table = run.ps.params[0]
     assert (table >= -1).all(), "a gradient was applied twice"
-    assert int((table == -1).sum()) == stats.applied == len(run.staleness)
+    # Every gradient given a version has landed, unless recovery refuses the state: a
+    # lander died, or gave up waiting for a stripe the dead one held.
+    landed = int((table == -1).sum())
+    assert stats.applied == len(run.staleness)
+    assert landed == stats.applied if consistent else landed <= stats.applied
+    assert not run.unlanded_reads, "a learner computed against a version that had not landed"
     if bound is not None:
         assert max(run.staleness, default=0) <= bound, run.staleness
     for cursors in run.cursors:  # a learner's gradients are applied in the order it pushed them
@@ -145,11 +182,13 @@ def test_every_completed_push_is_applied_exactly_once_within_the_bound_and_no_ru
         assert not (run.ps.slots.states() != 0).any(), "every slot is FREE after recovery"
         assert not run.ps.counters.array[1:, C.COMPUTING].any(), "no gradient is left in flight"
     else:
-        # Only a learner that died holding the apply role makes the state suspect; what it
-        # left is exactly the pushes it had taken or could no longer be drained.
-        assert any(kind == "applying" for kind, _ in deaths.values())
+        # Only a learner that died holding the apply role or landing makes the state suspect;
+        # what it left is exactly the pushes it had taken or could no longer be drained.
+        assert any(kind in ("applying", "landing") for kind, _ in deaths.values())
         in_flight = int(((run.ps.slots.states() == READY) | (run.ps.slots.states() == APPLYING)).sum())
-        assert stats.pushed - stats.applied == in_flight
+        # A lander that died landing a slot's gradient had already given it its version.
+        landers = sum(kind == "landing" for kind, _ in deaths.values())
+        assert in_flight - landers <= stats.pushed - stats.applied <= in_flight
     if not deaths:
         assert stats.pushed == k * n
 

@@ -28,7 +28,10 @@ ERROR = 7  # 0 or a learner's rank + 1 that met a non-finite loss
 HIST = 8  # staleness histogram: 0, 1, 2, 3, 4-7, 8-15, 16+ (7 buckets)
 HIST_BUCKETS = 7
 LR_CUTS = HIST + HIST_BUCKETS  # plateau cuts of the learning rate so far (OptimizerConfig.rate)
-SERVER_FIELDS = LR_CUTS + 1
+# 1: a learner died (set by the supervisor with PAUSE): a learner waiting for a stripe gives
+# up, since the stripe's holder may be the dead one (trainer.ps.stripes)
+DEATH = LR_CUTS + 1
+SERVER_FIELDS = DEATH + 1
 
 # Rows 1..K: one learner each, written only by that learner except CURSOR (see below).
 PUSH_NS = 0  # time in push (slot wait + copy, or the direct apply it did for itself)
@@ -49,7 +52,13 @@ COPY_NS = 12  # of PUSH_NS: copying gradients into the slot (the PS's data movem
 # With a staleness bound, the gate reads it under the apply role (ParameterServer.start_gradient)
 COMPUTING = 13
 WAIT_NS = 14  # time waiting at the staleness bound's gate before reading the version
-LEARNER_FIELDS = 15
+# Striped servers: the version of the gradient this learner is landing (set under the apply
+# role when the gradient is ordered, cleared once all its stripes landed; 0: none). Learners
+# compute against the versions below every one of these; a learner that dies or gives up
+# with it set leaves parameters only partly updated (ParameterServer.recover).
+LANDING = 15
+LAND_NS = 16  # time landing this learner's gradients stripe by stripe, outside the apply role
+LEARNER_FIELDS = 17
 
 FIELDS = max(SERVER_FIELDS, LEARNER_FIELDS)
 
@@ -78,6 +87,7 @@ class PSStats:
     pull_s: float
     wait_s: float
     apply_s: float
+    land_s: float  # striped servers: the learners' time landing outside the apply role
     compute_s: float
     bytes_pushed: int
     bytes_pulled: int
@@ -122,6 +132,7 @@ class Counters:
             pull_s=float(rows[:, PULL_NS].sum()) / 1e9,
             wait_s=float(rows[:, WAIT_NS].sum()) / 1e9,
             apply_s=float(s[APPLY_NS]) / 1e9,
+            land_s=float(rows[:, LAND_NS].sum()) / 1e9,
             compute_s=float(rows[:, COMPUTE_NS].sum()) / 1e9,
             bytes_pushed=int(rows[:, BYTES_PUSHED].sum()),
             bytes_pulled=int(rows[:, BYTES_PULLED].sum()),

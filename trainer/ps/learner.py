@@ -128,7 +128,9 @@ def run_shard(
     return position
 
 
-def learner_entry(conn: Any, rank: int, apply_lock: Any, publish: list[Any], go: Any, parked: Any) -> None:
+def learner_entry(
+    conn: Any, rank: int, apply_lock: Any, publish: list[Any], stripes: list[Any], go: Any, parked: Any
+) -> None:
     """A spawned learner's first act: import torch while the supervisor prepares the data, then
     receive the server's tensors, the task and the data through ``conn`` and run.
 
@@ -145,6 +147,7 @@ def learner_entry(conn: Any, rank: int, apply_lock: Any, publish: list[Any], go:
         return
     handles.apply_lock = apply_lock
     handles.slots.publish = publish
+    handles.stripes = stripes
     learner_process(handles, task, data, rank, learners, batch_size, seed, go, parked)
 
 

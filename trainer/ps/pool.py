@@ -34,7 +34,8 @@ _TICK_S = 0.05
 
 
 class SuspectState(TrainerError):
-    """A learner died holding the apply role: the in-memory parameters may be half-updated."""
+    """A learner died holding the apply role or mid-landing: the in-memory parameters may be
+    half-updated."""
 
 
 @dataclass
@@ -103,11 +104,12 @@ class ProcessPool:
     preparation; ``start`` then hands them the server through a pipe.
     """
 
-    def __init__(self, learners: int) -> None:
+    def __init__(self, learners: int, stripes: int = 0) -> None:
         self.learners = learners
         self.ctx = mp.get_context("spawn")
         self.apply_lock = self.ctx.Lock()
         self.publish = [self.ctx.Lock() for _ in range(learners)]
+        self.stripes = [self.ctx.Lock() for _ in range(stripes)]
         self.parked = self.ctx.Semaphore(0)
         self.go: list[Any] = [None] * learners
         self.procs: list[Any] = [None] * learners
@@ -117,9 +119,9 @@ class ProcessPool:
         for rank in range(learners):
             self._spawn(rank)
 
-    def locks(self) -> tuple[Any, list[Any]]:
-        """The apply lock and publish locks the server must be created with."""
-        return self.apply_lock, self.publish
+    def locks(self) -> tuple[Any, list[Any], list[Any]]:
+        """The apply lock, publish locks and stripe locks the server must be created with."""
+        return self.apply_lock, self.publish, self.stripes
 
     def start(self, ps: ParameterServer, task: Task, data: ShardData, batch_size: int, seed: int) -> None:
         """Hand every learner the server, its task and the data; they park, waiting for go."""
@@ -135,7 +137,7 @@ class ProcessPool:
         receive, self.conns[rank] = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(
             target=learner_entry,
-            args=(receive, rank, self.apply_lock, self.publish, self.go[rank], self.parked),
+            args=(receive, rank, self.apply_lock, self.publish, self.stripes, self.go[rank], self.parked),
             name=f"taas-learner-{rank}",
             daemon=True,
         )
@@ -189,6 +191,7 @@ class ProcessPool:
         self.respawns += len(dead)
         codes = {r: self.procs[r].exitcode for r in dead}
         server = self.ps.server
+        server[C.DEATH] = 1  # before PAUSE: a survivor waiting for a stripe the dead held gives up
         server[C.PAUSE] = 1
         deadline = time.monotonic() + _PARK_TIMEOUT_S
         alive = [r for r in range(self.learners) if r not in dead]
@@ -199,7 +202,11 @@ class ProcessPool:
                 )
             self.parked.acquire(timeout=_TICK_S)
         if not self.ps.recover(dead):
-            raise SuspectState(f"learner(s) {sorted(codes)} died holding the apply role (exit codes {codes})")
+            raise SuspectState(
+                f"learner(s) {sorted(codes)} died holding the apply role or landing a gradient "
+                f"(exit codes {codes})"
+            )
+        server[C.DEATH] = 0
         if self.respawns > MAX_RESPAWNS:
             raise TrainerError(f"learners died {self.respawns} times in one session (exit codes {codes})")
         for rank in dead:

@@ -35,6 +35,7 @@ import torch.multiprocessing as mp
 from trainer.ps import counters as C
 from trainer.ps.counters import Counters, PSStats, staleness_bucket
 from trainer.ps.slots import BASE_VERSION, FREE, POSITION, READY, ROWS, SAMPLES, SlotHandles, SlotRing
+from trainer.ps.stripes import StripeLayout, land_in_turn
 
 _HELP_WAIT_S = 0.01  # how long a blocked pusher waits on the apply role before re-checking STOP
 
@@ -103,6 +104,7 @@ class PSHandles:
     counters: torch.Tensor
     slots: SlotHandles
     apply_lock: Any
+    stripes: list[Any] = field(default_factory=list)  # one lock per stripe; none: land under the role
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -119,6 +121,10 @@ class ParameterServer:
         self.server = self.counters.server
         self.slots = SlotRing(handles.slots)
         self.apply_lock = handles.apply_lock
+        self.stripe_locks = handles.stripes
+        shapes = [(tuple(p.shape), r) for p, r in zip(self.params, self.is_rows, strict=True)]
+        self.layout = StripeLayout(shapes, len(self.stripe_locks)) if self.stripe_locks else None
+        self.row_param = self.is_rows.index(True) if any(self.is_rows) else None
         # CUDA: kernels are asynchronous, so a slot's payload is complete only once the
         # stream that wrote it has finished, and may be refilled only once the stream that
         # applied it has finished reading. On CPU this is a no-op.
@@ -141,7 +147,8 @@ class ParameterServer:
         max_rows: int,
         shared: bool,
         device: torch.device | None = None,
-        locks: tuple[Any, list[Any]] | None = None,
+        locks: tuple[Any, list[Any], list[Any]] | None = None,
+        stripes: int = 0,
     ) -> ParameterServer:
         """A fresh server over copies of ``params`` ((tensor, is_rows) each), version 0.
 
@@ -149,7 +156,13 @@ class ParameterServer:
         ``max_rows``: the most embedding rows one mini-batch can touch (slot capacity).
         ``device``: CUDA puts parameters, moments and slot payloads in device memory, for
         learners that are streams of this process (trainer.ps.cuda); ``shared`` must be False.
+        ``stripes``: S > 0 lands gradients outside the apply role, S stripes in parallel
+        (trainer.ps.stripes); 0 applies them whole under the role. ``locks``: the apply lock,
+        the publish locks and the stripe locks made before the learners were spawned (their
+        stripe count wins over ``stripes``).
         """
+        if (stripes or (locks and locks[2])) and device is not None and device.type == "cuda":
+            raise ValueError("stripes are for learner processes on CPU; CUDA learners are streams")
 
         def place(tensor: torch.Tensor) -> torch.Tensor:
             tensor = tensor.detach().to(device).clone().contiguous()
@@ -164,8 +177,10 @@ class ParameterServer:
         elif optimizer.kind != "sgd":
             raise ValueError(f"unknown optimizer {optimizer.kind!r}")
         ctx = mp.get_context("spawn")
-        apply_lock, publish = (
-            locks if locks is not None else (ctx.Lock(), [ctx.Lock() for _ in range(learners)])
+        apply_lock, publish, stripe_locks = (
+            locks
+            if locks is not None
+            else (ctx.Lock(), [ctx.Lock() for _ in range(learners)], [ctx.Lock() for _ in range(stripes)])
         )
         slots = SlotRing.create(
             learners,
@@ -184,18 +199,37 @@ class ParameterServer:
                 Counters.create(learners, shared).tensor,
                 slots,
                 apply_lock,
+                stripe_locks,
             )
         )
 
     def without_locks(self) -> PSHandles:
         """The handles minus their locks: what may travel through a pipe after spawn."""
-        return replace(self.handles, apply_lock=None, slots=replace(self.handles.slots, publish=[]))
+        return replace(
+            self.handles, apply_lock=None, stripes=[], slots=replace(self.handles.slots, publish=[])
+        )
 
     # --- reading ---------------------------------------------------------------------------
 
     def version(self) -> int:
         """Updates applied so far (a plain read: possibly one update old, never torn)."""
         return int(self.server[C.VERSION])
+
+    def landed(self) -> int:
+        """The newest version whose every update has landed: a read of the parameters now
+        sees at least those (lock-free, Hogwild's read). Without stripes, ``version()``.
+
+        On a striped server a gradient gets its version (under the apply role) before it
+        lands; its learner's LANDING word holds that version from just before VERSION moves
+        until its last stripe landed. Reading VERSION first and the LANDING words after, any
+        version counted in the first read that has not landed shows in the second.
+        """
+        version = self.version()
+        if self.layout is None:
+            return version
+        landing = self.counters.array[1:, C.LANDING].copy()  # each word read once
+        landing = landing[landing > 0]
+        return min(version, int(landing.min()) - 1) if len(landing) else version
 
     def stats(self) -> PSStats:
         """Snapshot of the counters; pushed = slot READY counts + direct pushes."""
@@ -217,7 +251,7 @@ class ParameterServer:
         mine = self.counters.learner(rank)
         bound = self.opt.staleness_bound
         if bound is None:
-            version = self.version()
+            version = self.landed()
             mine[C.COMPUTING] = version + 1
             return version
         start = time.perf_counter_ns()
@@ -226,11 +260,13 @@ class ParameterServer:
                 # A plain look first: take the role (which pushers need) only to drain READY
                 # slots, which nobody else may be left to apply, or when admission looks likely.
                 bases, ready = self._in_flight(careful=False)
-                if (ready or self._admits(bases, bound)) and self.apply_lock.acquire(timeout=_HELP_WAIT_S):
+                if (ready or self._admits(bases, bound, self.landed())) and self.apply_lock.acquire(
+                    timeout=_HELP_WAIT_S
+                ):
                     try:
-                        self._drain_locked()
-                        if self._admits(self._in_flight(careful=True)[0], bound):
-                            version = self.version()
+                        self._drain_locked(rank)
+                        version = self.landed()
+                        if self._admits(self._in_flight(careful=True)[0], bound, version):
                             mine[C.COMPUTING] = version + 1  # under the role: admitted and counted at once
                             return version
                     finally:
@@ -261,9 +297,10 @@ class ParameterServer:
         bases += [int(self.slots.header[s][BASE_VERSION]) for s in ready]
         return bases, bool(ready)
 
-    def _admits(self, bases: list[int], bound: int) -> bool:
-        """Whether one more gradient, read now, keeps the in-flight ``bases`` within ``bound``."""
-        return not bases or self.version() - min(bases) + len(bases) <= bound
+    def _admits(self, bases: list[int], bound: int, base: int) -> bool:
+        """Whether one more gradient, computed against ``base``, keeps the in-flight ``bases``
+        and itself within ``bound`` (``base`` is below the version while stripes land)."""
+        return self.version() - min([*bases, base]) + len(bases) <= bound
 
     def push(self, rank: int, grad: Gradient, base_version: int, position: int, samples: int) -> None:
         """Hand ``grad`` (computed against ``base_version``) to the server; it will be applied once.
@@ -274,6 +311,9 @@ class ParameterServer:
         learner's committed cursor when the gradient is applied. Raises Stopped if the
         session stops while this learner waits for its slot (the gradient is then not pushed).
         """
+        if self.layout is not None:
+            self._push_striped(rank, grad, base_version, position, samples)
+            return
         start = time.perf_counter_ns()
         mine = self.counters.learner(rank)
         if self.apply_lock.acquire(block=False) or self.apply_lock.acquire(timeout=self._patience_s()):
@@ -282,15 +322,15 @@ class ParameterServer:
                 # our cursor only moves forward (applied after this one, it would set the
                 # cursor back before a batch that is already applied).
                 if self.slots.looks_ready(rank) and self.slots.take_ready(rank):
-                    self._apply_slot(rank)
+                    self._apply_slot(rank, rank)
                 # Direct path: we hold the apply role, so applying our own gradient here is
                 # the one and only apply of it; counted in the same critical section.
-                self._apply(rank, grad.rows, grad.values, base_version, position)
+                self._apply(rank, grad.rows, grad.values, base_version, position, rank)
                 self.server[C.DIRECT] += 1
                 # Out of flight in the same critical section: a learner at the bound's gate
                 # takes the role to admit, so it never counts this gradient once applied.
                 mine[C.COMPUTING] = 0
-                self._drain_locked()
+                self._drain_locked(rank)
             finally:
                 self.apply_lock.release()
             mine[C.SAMPLES] += samples
@@ -301,7 +341,7 @@ class ParameterServer:
         while self.slots.state(rank) != FREE:
             if self.apply_lock.acquire(timeout=_HELP_WAIT_S):  # the holder never waits: this ends
                 try:
-                    self._drain_locked()
+                    self._drain_locked(rank)
                 finally:
                     self.apply_lock.release()
             elif self.server[C.STOP] or self.server[C.PAUSE]:
@@ -328,10 +368,44 @@ class ParameterServer:
         mine[C.BYTES_PUSHED] += grad.nbytes()
         if self.apply_lock.acquire(block=False):  # opportunistic: apply it now if no one is
             try:
-                self._drain_locked()
+                self._drain_locked(rank)
             finally:
                 self.apply_lock.release()
         mine[C.PUSH_NS] += time.perf_counter_ns() - start
+
+    def _push_striped(
+        self, rank: int, grad: Gradient, base_version: int, position: int, samples: int
+    ) -> None:
+        """``push`` on a striped server: order the gradient under the role, land it outside.
+
+        The role is held for a few counter stores only, so the pusher waits for it rather
+        than copy into its slot (slots stay FREE). Its LANDING word is set under the role
+        before the version moves, cleared once every stripe landed. Raises Stopped, with
+        nothing ordered, on STOP or PAUSE while waiting for the role; raises Stopped with
+        LANDING left set (the parameters partly updated: ``recover`` refuses) when a stripe
+        it waits for may be held by a dead learner (STOP or DEATH).
+        """
+        start = time.perf_counter_ns()
+        mine = self.counters.learner(rank)
+        while not self.apply_lock.acquire(timeout=_HELP_WAIT_S):
+            if self.server[C.STOP] or self.server[C.PAUSE]:
+                raise Stopped
+        try:
+            held = time.perf_counter_ns()
+            lr, step = self._order(rank, grad, base_version, position, rank)
+            self.server[C.VERSION] = step  # after LANDING is set (``landed``)
+            self.server[C.DIRECT] += 1
+            mine[C.COMPUTING] = 0  # out of flight in the critical section that ordered it
+            self.server[C.APPLY_NS] += time.perf_counter_ns() - held
+        finally:
+            self.apply_lock.release()
+        landing = time.perf_counter_ns()
+        self._land(grad.rows, grad.values, lr, step, rank)
+        mine[C.LANDING] = 0
+        mine[C.SAMPLES] += samples
+        end = time.perf_counter_ns()
+        mine[C.LAND_NS] += end - landing
+        mine[C.PUSH_NS] += end - start
 
     def _patience_s(self) -> float:
         """How long a pusher waits for the apply role before using its slot: one mean apply.
@@ -348,10 +422,11 @@ class ParameterServer:
     def drain(self) -> int:
         """Take the apply role (blocking) and apply every READY slot; returns how many."""
         with self.apply_lock:
-            return self._drain_locked()
+            return self._drain_locked(None)
 
-    def _drain_locked(self) -> int:
-        """Apply every READY slot, oldest base version first. Caller holds the apply role.
+    def _drain_locked(self, lander: int | None) -> int:
+        """Apply every READY slot, oldest base version first. Caller holds the apply role:
+        learner ``lander``, or the supervisor (None).
 
         A plain read of the words picks the slots to take through their publish locks: one
         lock per READY slot, not one per learner (an empty drain at K = 16 took 8.1 µs, now
@@ -362,10 +437,10 @@ class ParameterServer:
         ready = [s for s in self.slots.ready_looking() if self.slots.take_ready(s)]
         ready.sort(key=lambda s: int(self.slots.header[s][BASE_VERSION]))
         for slot in ready:
-            self._apply_slot(slot)
+            self._apply_slot(slot, lander)
         return len(ready)
 
-    def _apply_slot(self, slot: int) -> None:
+    def _apply_slot(self, slot: int, lander: int | None) -> None:
         """Apply the gradient of a slot this holder moved READY → APPLYING, then free the slot."""
         header = self.slots.header[slot]
         count = int(header[ROWS])
@@ -374,25 +449,108 @@ class ParameterServer:
             for i in range(len(self.params))
         ]
         self._apply(
-            slot, self.slots.ids[slot, :count], values, int(header[BASE_VERSION]), int(header[POSITION])
+            slot,
+            self.slots.ids[slot, :count],
+            values,
+            int(header[BASE_VERSION]),
+            int(header[POSITION]),
+            lander,
         )
         self._sync()  # CUDA: the apply has read the payload before the owner may overwrite it
         self.slots.release(slot)  # APPLYING → FREE: the owner may push again
 
     def _apply(
-        self, rank: int, rows: torch.Tensor, values: Sequence[torch.Tensor], base_version: int, position: int
+        self,
+        rank: int,
+        rows: torch.Tensor,
+        values: Sequence[torch.Tensor],
+        base_version: int,
+        position: int,
+        lander: int | None,
     ) -> None:
-        """Apply one gradient of learner ``rank``. Caller holds the apply role."""
+        """Apply one gradient of learner ``rank``, all of it under the apply role the caller holds."""
         start = time.perf_counter_ns()
-        if self._applied is not None:
-            torch.cuda.current_stream().wait_event(self._applied)
+        lr, step = self._order(rank, Gradient(rows, list(values)), base_version, position, lander)
+        self._land(rows, values, lr, step, lander)
+        self.server[C.VERSION] = step  # after the landing: a lock-free read of it never runs ahead
+        if lander is not None:
+            self.counters.learner(lander)[C.LANDING] = 0
+        self.server[C.APPLY_NS] += time.perf_counter_ns() - start
+
+    def _order(
+        self, rank: int, grad: Gradient, base_version: int, position: int, lander: int | None
+    ) -> tuple[float, int]:
+        """Give learner ``rank``'s gradient its version: count it, move the learner's cursor;
+        returns its learning rate and Adam step, the version the caller then stores in
+        VERSION. Caller holds the apply role.
+
+        On a striped server ``lander`` (the learner that will land it) marks the gradient
+        LANDING before the version moves (``landed``).
+        """
         server = self.server
         staleness = int(server[C.VERSION]) - base_version
         server[C.HIST + staleness_bucket(staleness)] += 1
         lr = self.opt.rate(int(server[C.LR_CUTS]))
         lr = lr / max(1, staleness) if self.opt.staleness_aware else lr
         step = int(server[C.VERSION]) + 1
-        nbytes = rows.numel() * 8
+        if self.layout is not None and lander is not None:
+            self.counters.learner(lander)[C.LANDING] = step
+        server[C.BYTES_APPLIED] += grad.nbytes()
+        server[C.APPLIED] += 1
+        # The learner's committed cursor moves with its gradient's version, under the same
+        # role: a checkpoint (every learner parked, so every gradient landed) never sees one
+        # without the other.
+        self.counters.learner(rank)[C.CURSOR] = position
+        return lr, step
+
+    def _land(
+        self, rows: torch.Tensor, values: Sequence[torch.Tensor], lr: float, step: int, lander: int | None
+    ) -> None:
+        """Add an ordered gradient to the parameters: whole (the caller holds the apply role)
+        or, on a striped server, stripe by stripe under the stripe locks."""
+        if self.layout is None:
+            self._land_whole(rows, values, lr, step)
+            return
+        layout, table = self.layout, self.row_param
+        split = None
+        if table is not None and rows.numel():
+            split = layout.split_rows(rows, values[table], self.opt.needs_unique_rows)
+            if self.opt.kind == "sgd":
+                split.values.mul_(-lr)  # once for every stripe (see _land_whole)
+        flat = [v.reshape(-1) for v in values]
+
+        def land(stripe: int) -> None:
+            for piece in layout.pieces[stripe]:
+                i, a, b = piece.param, piece.start, piece.end
+                param, grad = self.params[i].view(-1)[a:b], flat[i][a:b]
+                if self.opt.kind == "sgd":
+                    param.add_(grad, alpha=-lr)
+                else:
+                    m, v = self.state[2 * i].view(-1)[a:b], self.state[2 * i + 1].view(-1)[a:b]
+                    _adam_dense(param, m, v, grad, lr, step, self.opt)
+            if split is not None and table is not None:
+                stripe_rows, stripe_values = split.of(stripe)
+                if stripe_rows.numel():
+                    if self.opt.kind == "sgd":
+                        self.params[table].index_add_(0, stripe_rows, stripe_values)
+                    else:
+                        m, v = self.state[2 * table], self.state[2 * table + 1]
+                        _adam_rows(self.params[table], m, v, stripe_rows, stripe_values, lr, step, self.opt)
+
+        first = (lander or 0) % layout.count  # learners start at different stripes
+        stripes = sorted(layout.busy(split), key=lambda s: (s - first) % layout.count)
+        land_in_turn(self.stripe_locks, stripes, land, self._check_stripe_wait)
+
+    def _check_stripe_wait(self) -> None:
+        """A lander waiting for a stripe gives up on STOP or a learner's death: the stripe's
+        holder may be dead, and the supervisor only waits for survivors to park."""
+        if self.server[C.STOP] or self.server[C.DEATH]:
+            raise Stopped
+
+    def _land_whole(self, rows: torch.Tensor, values: Sequence[torch.Tensor], lr: float, step: int) -> None:
+        """Apply an ordered gradient to every parameter at once. Caller holds the apply role."""
+        if self._applied is not None:
+            torch.cuda.current_stream().wait_event(self._applied)
         for i, (param, grad) in enumerate(zip(self.params, values, strict=True)):
             if self.opt.kind == "sgd":
                 if self.is_rows[i]:
@@ -406,16 +564,8 @@ class ParameterServer:
                 _adam_rows(param, self.state[2 * i], self.state[2 * i + 1], rows, grad, lr, step, self.opt)
             else:
                 _adam_dense(param, self.state[2 * i], self.state[2 * i + 1], grad, lr, step, self.opt)
-            nbytes += grad.numel() * grad.element_size()
-        server[C.BYTES_APPLIED] += nbytes
-        server[C.APPLIED] += 1
-        server[C.VERSION] += 1
-        # The learner's committed cursor moves with the apply of its gradient,
-        # under the same role: a checkpoint never sees one without the other.
-        self.counters.learner(rank)[C.CURSOR] = position
         if self._applied is not None:
             self._applied.record()  # on this stream, after this apply's kernels
-        server[C.APPLY_NS] += time.perf_counter_ns() - start
 
     # --- recovery (caller makes sure every learner is parked or gone) ----------------------
 
@@ -426,11 +576,15 @@ class ParameterServer:
         it while parked, so a taken role means a dead learner held it, possibly mid-apply),
         the dead learners' slots are usable again and every READY slot is applied, so every
         completed push has been applied exactly once. Returns False when a dead learner held
-        the apply role: the parameters may be half-updated and only a checkpoint is trusted.
+        the apply role, or a learner (dead, or a survivor that gave up waiting for a stripe the
+        dead one may hold) left a gradient partly landed: the parameters may be half-updated
+        and only a checkpoint is trusted. The supervisor clears DEATH once this succeeds.
         """
         if not self.apply_lock.acquire(block=False):
             return False
         self.apply_lock.release()
+        if self.counters.array[1:, C.LANDING].any():
+            return False  # a gradient was ordered and only partly landed (striped servers)
         for rank in dead:
             self.slots.recover(rank)
             self.end_gradient(rank)  # what it was computing will never come

@@ -250,6 +250,13 @@ def run_mode(
     return (c1 - c0) / (t1 - t0), stats
 
 
+def _per_step_us(stats: dict[str, Any]) -> dict[str, float]:
+    """Microseconds per applied gradient, summed over learners, of compute, push (role wait,
+    slot copy or apply, landing) and, of push, landing (striped servers), whole run."""
+    steps = max(int(stats["applied"]), 1)
+    return {key: round(stats[f"{key}_s"] / steps * 1e6, 1) for key in ("compute", "push", "land")}
+
+
 def _apply_s(ps: ParameterServer | None) -> float:
     """Seconds the server's apply role has spent applying so far (0 without a server)."""
     return ps.stats().apply_s if ps is not None else 0.0
@@ -333,6 +340,7 @@ def main() -> None:
         for batch in [int(b) for b in args.batches.split(",")]:
             best: dict[str, float] = {}
             busy: dict[str, float] = {}  # the apply role's busy share in the best run of a mode
+            per_step: dict[str, dict[str, float]] = {}  # where a learner's step went, same run
             for _ in range(args.repeat):
                 for mode in args.modes.split(","):
                     rate, stats = run_mode(
@@ -342,6 +350,7 @@ def main() -> None:
                         best[mode] = rate
                         if stats is not None:
                             busy[mode] = stats["apply_busy"]
+                            per_step[mode] = _per_step_us(stats)
                     if not args.json:
                         print(f"{kind:<7}{batch:>4} {mode:<8}{rate:>12,.0f} samples/s", file=sys.stderr)
                     if stats is not None and mode.startswith("bounded") and args.staleness_bound < 4:
@@ -352,7 +361,11 @@ def main() -> None:
                         busy_s += stats["copy_s"] + stats["apply_s"] + stats["land_s"]
             results += [
                 {"model": kind, "mode": mode, "batch": batch, "samples_per_s": round(rate, 1)}
-                | ({"apply_busy": round(busy[mode], 3)} if mode in busy else {})
+                | (
+                    {"apply_busy": round(busy[mode], 3), "per_step_us": per_step[mode]}
+                    if mode in busy
+                    else {}
+                )
                 for mode, rate in best.items()
             ]
     dense_bytes = sum(p.numel() * 4 for p in build_model("dense", 0).parameters())

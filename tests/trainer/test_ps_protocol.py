@@ -88,7 +88,7 @@ class _Run:
             if getattr(self.local, "die_at", None) == "landing":
                 if ps.layout is not None:  # dies holding the stripe it lands in (unless another
                     # dying lander holds it), nothing landed
-                    stripe = int(rows[0]) * ps.layout.count // ps.layout.table_rows
+                    stripe = int(rows[0]) // ps.layout.rows_per_stripe
                     ps.stripe_locks[stripe].acquire(block=False)
                 self._die(self.local.rank)
             time.sleep(self.rng.uniform(0, 0.0005))

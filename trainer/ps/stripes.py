@@ -49,16 +49,21 @@ class Piece:
 
 @dataclass(frozen=True)
 class RowSplit:
-    """A gradient's rows grouped by stripe: stripe s has ``rows[cuts[s]:cuts[s + 1]]``."""
+    """A gradient's rows grouped by stripe: stripes a..b have ``rows[cuts[a]:cuts[b + 1]]``
+    and the same slice of ``values``."""
 
     rows: torch.Tensor
-    values: torch.Tensor
-    cuts: np.ndarray
+    values: torch.Tensor  # every row's gradient, in stripe order
+    cuts: list[int]
 
-    def of(self, stripe: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stripe ``stripe``'s rows and their gradient rows (views, possibly empty)."""
-        a, b = int(self.cuts[stripe]), int(self.cuts[stripe + 1])
-        return self.rows[a:b], self.values[a:b]
+    def count(self, first: int, last: int) -> int:
+        """How many rows stripes ``first``..``last`` have."""
+        return self.cuts[last + 1] - self.cuts[first]
+
+    def of(self, first: int, last: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The rows of stripes ``first``..``last``, their gradient rows and how many."""
+        a, b = self.cuts[first], self.cuts[last + 1]
+        return self.rows[a:b], self.values[a:b], b - a
 
 
 class StripeLayout:
@@ -67,71 +72,93 @@ class StripeLayout:
     def __init__(self, shapes: Sequence[tuple[tuple[int, ...], bool]], count: int) -> None:
         if count < 1:
             raise ValueError(f"a striped server needs at least one stripe, not {count}")
+        if sum(is_rows for _, is_rows in shapes) > 1:
+            raise ValueError("a striped server takes at most one row parameter")
         self.count = count
-        self.table_rows = next((shape[0] for shape, is_rows in shapes if is_rows), 0)
+        table_rows = next((shape[0] for shape, is_rows in shapes if is_rows), 0)
+        self.rows_per_stripe = max(-(-table_rows // count), 1)  # stripe s: rows [s * this, (s + 1) * this)
         self.pieces: list[list[Piece]] = [[] for _ in range(count)]
-        small = 0
+        small, chunked = 0, False
         for param, (shape, is_rows) in enumerate(shapes):
             if is_rows:
                 continue
             numel = int(np.prod(shape))
             if numel >= CHUNK_MIN:
+                chunked = True
                 edges = [numel * s // count for s in range(count + 1)]
                 for s in range(count):
                     self.pieces[s].append(Piece(param, edges[s], edges[s + 1]))
             else:
                 self.pieces[(param + small) % count].append(Piece(param, 0, numel))
                 small += 1
+        # Runs of stripes land their rows in one call, unless a stripe holds a cut dense
+        # parameter: that work is long enough that a call's fixed cost does not matter, and
+        # holding several such stripes at once would only make others wait.
+        self.joinable = not chunked
 
     def split_rows(self, rows: torch.Tensor, values: torch.Tensor, rows_sorted: bool) -> RowSplit:
-        """Group a gradient's rows by stripe: row r belongs to stripe r * S // table_rows.
+        """Group a gradient's rows by stripe: row r belongs to stripe r // rows_per_stripe.
 
         Sorted rows (Adam's coalesced ones) are already grouped; others are put in stripe
         order first (a stable sort of their stripe numbers, one gather of the values).
         """
-        stripe_of = rows.numpy() * self.count // max(self.table_rows, 1)
+        stripe_of = rows.numpy() // self.rows_per_stripe
         if not rows_sorted:
             order = np.argsort(stripe_of, kind="stable")
             stripe_of, index = stripe_of[order], torch.from_numpy(order)
             rows, values = rows.index_select(0, index), values.index_select(0, index)
-        cuts = np.searchsorted(stripe_of, np.arange(self.count + 1), side="left")
-        return RowSplit(rows, values, cuts)
+        cuts = np.zeros(self.count + 1, dtype=np.int64)
+        np.cumsum(np.bincount(stripe_of, minlength=self.count), out=cuts[1:])
+        return RowSplit(rows, values, cuts.tolist())
 
-    def busy(self, split: RowSplit | None) -> list[int]:
-        """The stripes a gradient touches: those with dense pieces or with some of its rows."""
-        return [
-            s
-            for s in range(self.count)
-            if self.pieces[s] or (split is not None and split.cuts[s + 1] > split.cuts[s])
-        ]
+    def touched(self, split: RowSplit | None, order: list[int]) -> list[int]:
+        """The stripes a gradient touches, in ``order``: those with dense pieces or its rows."""
+        cuts = split.cuts if split is not None else None
+        return [s for s in order if self.pieces[s] or (cuts is not None and cuts[s + 1] > cuts[s])]
 
 
 def land_in_turn(
-    locks: Sequence[Any], stripes: list[int], land: Callable[[int], None], check: Callable[[], None]
+    locks: Sequence[Any],
+    stripes: list[int],
+    land: Callable[[list[int]], None],
+    joins: Callable[[list[int], int], bool],
+    check: Callable[[], None],
 ) -> None:
-    """Run ``land(s)`` for every stripe in ``stripes``, each under its lock, one lock at a time.
+    """Land every stripe in ``stripes`` under its lock, ``land(held)`` for runs of them.
 
-    Free stripes first, in the given order; when every one left is taken, wait for the first
-    of them, calling ``check()`` every ``_WAIT_S`` (it raises to give up: its holder may be
-    dead). Nothing else is waited for while a stripe is held.
+    Free stripes first, in the given order. Holding a run, the next stripe is taken too if
+    ``joins(held, stripe)`` (the caller's rule: later in the table, and the run stays cheap
+    for one call) and its lock is free at once: the run then lands in one call. When every
+    stripe left is taken, wait for the first of them, holding none, calling ``check()``
+    every ``_WAIT_S`` (it raises to give up: the holder may be dead). Nothing is ever waited
+    for while a stripe is held, so every wait ends while the holders live.
     """
     pending = stripes
     while pending:
-        left = []
-        for stripe in pending:
-            if locks[stripe].acquire(block=False):
-                try:
-                    land(stripe)
-                finally:
-                    locks[stripe].release()
-            else:
-                left.append(stripe)
+        left: list[int] = []
+        i = 0
+        while i < len(pending):
+            held = [pending[i]]
+            i += 1
+            if not locks[held[0]].acquire(block=False):
+                left.append(held[0])
+                continue
+            while i < len(pending) and joins(held, pending[i]) and locks[pending[i]].acquire(block=False):
+                held.append(pending[i])
+                i += 1
+            _land_run(locks, held, land)
         if left and len(left) == len(pending):
-            stripe = left.pop(0)
-            while not locks[stripe].acquire(timeout=_WAIT_S):
+            first = left.pop(0)
+            while not locks[first].acquire(timeout=_WAIT_S):
                 check()
-            try:
-                land(stripe)
-            finally:
-                locks[stripe].release()
+            _land_run(locks, [first], land)
         pending = left
+
+
+def _land_run(locks: Sequence[Any], held: list[int], land: Callable[[list[int]], None]) -> None:
+    """``land(held)`` with the stripes ``held``; release them whatever happens."""
+    try:
+        land(held)
+    finally:
+        for stripe in held:
+            locks[stripe].release()

@@ -1,0 +1,169 @@
+"""Striped servers: the layout, the row split, and concurrent landings that lose nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from trainer.ps import counters as C
+from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer, Stopped
+from trainer.ps.stripes import CHUNK_MIN, StripeLayout, default_stripes
+
+
+def test_the_table_is_cut_into_row_ranges_large_dense_parameters_into_flat_ranges() -> None:
+    layout = StripeLayout([((10, 4), True), ((CHUNK_MIN,), False), ((3, 5), False), ((7,), False)], 3)
+    assert layout.rows_per_stripe == 4  # stripes hold rows 0-3, 4-7, 8-9
+    big = [[(p.start, p.end) for p in pieces if p.param == 1] for pieces in layout.pieces]
+    assert big == [
+        [(0, CHUNK_MIN // 3)],
+        [(CHUNK_MIN // 3, 2 * CHUNK_MIN // 3)],
+        [(2 * CHUNK_MIN // 3, CHUNK_MIN)],
+    ]
+    small = sorted((p.param, s) for s, pieces in enumerate(layout.pieces) for p in pieces if p.param != 1)
+    assert [param for param, _ in small] == [2, 3]  # whole, each in one stripe
+    assert len({stripe for _, stripe in small}) == 2  # in different stripes
+    assert not layout.joinable  # a cut dense parameter: runs would only hold others up
+
+
+def test_unsorted_rows_are_grouped_by_stripe_with_their_gradient_rows() -> None:
+    layout = StripeLayout([((10, 2), True)], 3)
+    assert layout.joinable
+    rows = torch.tensor([9, 1, 5, 0, 9, 4])
+    values = torch.arange(12, dtype=torch.float32).reshape(6, 2)
+    split = layout.split_rows(rows, values, rows_sorted=False)
+    assert split.cuts == [0, 2, 4, 6]
+    assert split.rows.tolist() == [1, 0, 5, 4, 9, 9]  # stable within a stripe
+    assert split.values[:, 0].tolist() == [2.0, 6.0, 4.0, 10.0, 0.0, 8.0]
+    part_rows, part_values, count = split.of(1, 2)
+    assert (part_rows.tolist(), count) == ([5, 4, 9, 9], 4)
+    assert layout.touched(split, [2, 0, 1]) == [2, 0, 1]
+    sparse = layout.split_rows(torch.tensor([8, 9]), torch.ones(2, 2), rows_sorted=True)
+    assert layout.touched(sparse, [0, 1, 2]) == [2]
+
+
+def test_two_learners_keep_the_unstriped_server_more_get_one_stripe_each() -> None:
+    assert [default_stripes(k) for k in (1, 2, 3, 16)] == [0, 0, 3, 16]
+
+
+@pytest.mark.parametrize("stripes", [1, 3, 8])
+def test_concurrent_striped_pushes_add_every_gradient_exactly_once(stripes: int) -> None:
+    """Integer-valued gradients, so float sums in any order are exact: the table and the
+    dense parameter must equal the sum of every pushed gradient (Hogwild would lose some)."""
+    k, pushes, rows = 4, 60, 50
+    opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_aware=False)
+    ps = ParameterServer.create(
+        [(torch.zeros(rows, 3), True), (torch.zeros(CHUNK_MIN), False)],
+        opt,
+        k,
+        40,
+        shared=False,
+        stripes=stripes,
+    )
+    generator = torch.Generator().manual_seed(7)
+    plans = [
+        [
+            (
+                torch.randint(
+                    0, rows, (int(torch.randint(1, 40, (1,), generator=generator)),), generator=generator
+                )
+            )
+            for _ in range(pushes)
+        ]
+        for _ in range(k)
+    ]
+    expected_table, expected_dense = torch.zeros(rows, 3), torch.zeros(CHUNK_MIN)
+    for plan in plans:
+        for ids in plan:
+            expected_table.index_add_(0, ids, torch.ones(len(ids), 3))  # duplicates add twice
+            expected_dense += 1
+
+    def learner(rank: int) -> None:
+        for position, ids in enumerate(plans[rank], 1):
+            base = ps.start_gradient(rank)
+            ps.push(rank, Gradient(ids, [torch.ones(len(ids), 3), torch.ones(CHUNK_MIN)]), base, position, 1)
+            ps.end_gradient(rank)
+
+    threads = [threading.Thread(target=learner, args=(rank,)) for rank in range(k)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert torch.equal(ps.params[0], -expected_table)
+    assert torch.equal(ps.params[1], -expected_dense)
+    stats = ps.stats()
+    assert stats.applied == stats.pushed == stats.direct == k * pushes
+    assert ps.landed() == ps.version() == k * pushes
+    assert not ps.counters.array[1:, C.LANDING].any()
+
+
+def test_a_striped_adam_server_lands_what_an_unstriped_one_applies() -> None:
+    """One learner, the same gradients (sorted unique rows, as Adam's learners coalesce them):
+    lazy Adam per stripe and per piece of a cut dense parameter gives the same values."""
+    generator = torch.Generator().manual_seed(3)
+    table, dense = torch.randn(30, 4, generator=generator), torch.randn(CHUNK_MIN, generator=generator)
+    servers = [
+        ParameterServer.create(
+            [(table, True), (dense, False)],
+            OptimizerConfig(kind="adam", lr=0.1),
+            1,
+            30,
+            shared=False,
+            stripes=s,
+        )
+        for s in (0, 3)
+    ]
+    for position in range(1, 6):
+        ids = torch.randperm(30, generator=generator)[:12].sort().values
+        values = [torch.randn(12, 4, generator=generator), torch.randn(CHUNK_MIN, generator=generator)]
+        for ps in servers:
+            ps.push(0, Gradient(ids, [v.clone() for v in values]), ps.start_gradient(0), position, 1)
+            ps.end_gradient(0)
+    plain, striped = servers
+    for a, b in zip(plain.params + plain.state, striped.params + striped.state, strict=True):
+        # the fused kernel's vector tails fall elsewhere in a piece: last-bit differences
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-8)
+    assert striped.version() == plain.version() == 5
+
+
+def test_a_lander_waiting_for_a_dead_learners_stripe_gives_up_and_recovery_refuses() -> None:
+    opt = OptimizerConfig(kind="sgd", lr=1.0)
+    ps = ParameterServer.create([(torch.zeros(4, 1), True)], opt, 2, 1, shared=False, stripes=2)
+    ps.stripe_locks[0].acquire()  # learner 0 died landing in stripe 0
+    ps.counters.learner(0)[C.LANDING] = 1
+    ps.server[C.VERSION] = 1
+    outcome: list[object] = []
+
+    def push() -> None:
+        try:
+            ps.push(1, Gradient(torch.tensor([0]), [torch.ones(1, 1)]), ps.start_gradient(1), 1, 1)
+        except Stopped as stopped:
+            outcome.append(stopped)
+
+    thread = threading.Thread(target=push, daemon=True)
+    thread.start()
+    thread.join(timeout=0.2)
+    assert thread.is_alive(), "a lander must wait for a stripe while its holder may be alive"
+    ps.server[C.PAUSE] = 1
+    thread.join(timeout=0.2)
+    assert thread.is_alive(), "PAUSE alone (a round end) must not make a lander give up"
+    ps.server[C.DEATH] = 1
+    thread.join(timeout=5)
+    assert len(outcome) == 1 and isinstance(outcome[0], Stopped)
+    assert ps.counters.learner(1)[C.LANDING] == 2  # ordered, not landed
+    assert ps.landed() == 0  # nothing past what learner 0 was landing counts as seen
+    assert not ps.recover([0])  # partly landed parameters: only a checkpoint is trusted
+
+
+def test_stripes_are_refused_on_cuda() -> None:
+    with pytest.raises(ValueError, match="stripes are for learner processes on CPU"):
+        ParameterServer.create(
+            [(torch.zeros(2, 1), True)],
+            OptimizerConfig(),
+            2,
+            1,
+            shared=False,
+            device=torch.device("cuda"),
+            stripes=2,
+        )

@@ -7,13 +7,14 @@ staleness and learning rate, the learner's cursor: a few counter stores), and th
 then *lands* it stripe by stripe outside the role, each stripe under its own lock, while
 other learners land theirs in other stripes. Two gradients touching the same stripe land
 one after the other, so no update is lost (Hogwild's lock-free read-modify-writes can lose
-one); a lander holds one stripe lock at a time and never waits for anything while holding
-it, so stripe waits always end while their holders live.
+one); a lander holding stripes never waits for anything (it adds a stripe to what it holds
+only if that lock is free at once), so stripe waits always end while their holders live.
 
 The layout: the row parameter (the embedding table) is cut into S ranges of rows; a dense
 parameter of at least ``CHUNK_MIN`` elements into S flat ranges; a smaller one goes whole
 to one stripe (cutting it would only multiply per-call costs). A gradient's rows are split
-by range; its stripes are taken in whatever order they come free (``land_in_turn``).
+by range; its stripes are taken in whatever order they come free, consecutive free ones
+landing in one call (``land_in_turn``). At K = 16: dense 0.96 x Hogwild, sparse 0.53-0.61 x.
 """
 
 from __future__ import annotations

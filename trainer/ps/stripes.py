@@ -13,7 +13,7 @@ only if that lock is free at once), so stripe waits always end while their holde
 The layout: the row parameter (the embedding table) is cut into S ranges of rows; a dense
 parameter of at least ``CHUNK_MIN`` elements into S flat ranges; a smaller one goes whole
 to one stripe (cutting it would only multiply per-call costs). A gradient's rows are split
-by range; its stripes are taken in whatever order they come free, consecutive free ones
+by range; its stripes are taken in whatever order they come free, later free ones of it
 landing in one call (``land_in_turn``). At K = 16: dense 0.96 x Hogwild, sparse 0.53-0.61 x.
 """
 

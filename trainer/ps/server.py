@@ -275,7 +275,7 @@ class ParameterServer:
                     timeout=_HELP_WAIT_S
                 ):
                     try:
-                        self._drain_locked(rank)
+                        self._drain_locked()
                         version = self.landed()
                         if self._admits(self._in_flight(careful=True)[0], bound, version):
                             mine[C.COMPUTING] = version + 1  # under the role: admitted and counted at once
@@ -333,15 +333,15 @@ class ParameterServer:
                 # our cursor only moves forward (applied after this one, it would set the
                 # cursor back before a batch that is already applied).
                 if self.slots.looks_ready(rank) and self.slots.take_ready(rank):
-                    self._apply_slot(rank, rank)
+                    self._apply_slot(rank)
                 # Direct path: we hold the apply role, so applying our own gradient here is
                 # the one and only apply of it; counted in the same critical section.
-                self._apply(rank, grad.rows, grad.values, base_version, position, rank)
+                self._apply(rank, grad.rows, grad.values, base_version, position)
                 self.server[C.DIRECT] += 1
                 # Out of flight in the same critical section: a learner at the bound's gate
                 # takes the role to admit, so it never counts this gradient once applied.
                 mine[C.COMPUTING] = 0
-                self._drain_locked(rank)
+                self._drain_locked()
             finally:
                 self.apply_lock.release()
             mine[C.SAMPLES] += samples
@@ -352,7 +352,7 @@ class ParameterServer:
         while self.slots.state(rank) != FREE:
             if self.apply_lock.acquire(timeout=_HELP_WAIT_S):  # the holder never waits: this ends
                 try:
-                    self._drain_locked(rank)
+                    self._drain_locked()
                 finally:
                     self.apply_lock.release()
             elif self.server[C.STOP] or self.server[C.PAUSE]:
@@ -379,7 +379,7 @@ class ParameterServer:
         mine[C.BYTES_PUSHED] += grad.nbytes()
         if self.apply_lock.acquire(block=False):  # opportunistic: apply it now if no one is
             try:
-                self._drain_locked(rank)
+                self._drain_locked()
             finally:
                 self.apply_lock.release()
         mine[C.PUSH_NS] += time.perf_counter_ns() - start
@@ -433,11 +433,11 @@ class ParameterServer:
     def drain(self) -> int:
         """Take the apply role (blocking) and apply every READY slot; returns how many."""
         with self.apply_lock:
-            return self._drain_locked(None)
+            return self._drain_locked()
 
-    def _drain_locked(self, lander: int | None) -> int:
-        """Apply every READY slot, oldest base version first. Caller holds the apply role:
-        learner ``lander``, or the supervisor (None).
+    def _drain_locked(self) -> int:
+        """Apply every READY slot, oldest base version first. Caller holds the apply role.
+        (Striped servers never fill slots: their pushers wait for the short role instead.)
 
         A plain read of the words picks the slots to take through their publish locks: one
         lock per READY slot, not one per learner (an empty drain at K = 16 took 8.1 µs, now
@@ -448,10 +448,10 @@ class ParameterServer:
         ready = [s for s in self.slots.ready_looking() if self.slots.take_ready(s)]
         ready.sort(key=lambda s: int(self.slots.header[s][BASE_VERSION]))
         for slot in ready:
-            self._apply_slot(slot, lander)
+            self._apply_slot(slot)
         return len(ready)
 
-    def _apply_slot(self, slot: int, lander: int | None) -> None:
+    def _apply_slot(self, slot: int) -> None:
         """Apply the gradient of a slot this holder moved READY → APPLYING, then free the slot."""
         header = self.slots.header[slot]
         count = int(header[ROWS])
@@ -460,32 +460,20 @@ class ParameterServer:
             for i in range(len(self.params))
         ]
         self._apply(
-            slot,
-            self.slots.ids[slot, :count],
-            values,
-            int(header[BASE_VERSION]),
-            int(header[POSITION]),
-            lander,
+            slot, self.slots.ids[slot, :count], values, int(header[BASE_VERSION]), int(header[POSITION])
         )
         self._sync()  # CUDA: the apply has read the payload before the owner may overwrite it
         self.slots.release(slot)  # APPLYING → FREE: the owner may push again
 
     def _apply(
-        self,
-        rank: int,
-        rows: torch.Tensor,
-        values: Sequence[torch.Tensor],
-        base_version: int,
-        position: int,
-        lander: int | None,
+        self, rank: int, rows: torch.Tensor, values: Sequence[torch.Tensor], base_version: int, position: int
     ) -> None:
-        """Apply one gradient of learner ``rank``, all of it under the apply role the caller holds."""
+        """Apply one gradient of learner ``rank``, all of it under the apply role the caller
+        holds (unstriped servers: striped ones order under the role and land outside it)."""
         start = time.perf_counter_ns()
-        lr, step = self._order(rank, Gradient(rows, list(values)), base_version, position, lander)
-        self._land(rows, values, lr, step, lander)
+        lr, step = self._order(rank, Gradient(rows, list(values)), base_version, position, None)
+        self._land(rows, values, lr, step, None)
         self.server[C.VERSION] = step  # after the landing: a lock-free read of it never runs ahead
-        if lander is not None:
-            self.counters.learner(lander)[C.LANDING] = 0
         self.server[C.APPLY_NS] += time.perf_counter_ns() - start
 
     def _order(
@@ -495,8 +483,8 @@ class ParameterServer:
         returns its learning rate and Adam step, the version the caller then stores in
         VERSION. Caller holds the apply role.
 
-        On a striped server ``lander`` (the learner that will land it) marks the gradient
-        LANDING before the version moves (``landed``).
+        ``lander``: on a striped server, the learner that will land it; its LANDING word
+        marks the gradient before the version moves (``landed``).
         """
         server = self.server
         staleness = int(server[C.VERSION]) - base_version
@@ -504,7 +492,7 @@ class ParameterServer:
         lr = self.opt.rate(int(server[C.LR_CUTS]))
         lr = lr / max(1, staleness) if self.opt.staleness_aware else lr
         step = int(server[C.VERSION]) + 1
-        if self.layout is not None and lander is not None:
+        if lander is not None:
             self.counters.learner(lander)[C.LANDING] = step
         server[C.BYTES_APPLIED] += grad.nbytes()
         server[C.APPLIED] += 1

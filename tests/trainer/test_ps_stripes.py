@@ -36,25 +36,27 @@ def test_unsorted_rows_are_grouped_by_stripe_with_their_gradient_rows() -> None:
     assert split.cuts == [0, 2, 4, 6]
     assert split.rows.tolist() == [1, 0, 5, 4, 9, 9]  # stable within a stripe
     assert split.values[:, 0].tolist() == [2.0, 6.0, 4.0, 10.0, 0.0, 8.0]
-    part_rows, part_values, count = split.of(1, 2)
-    assert (part_rows.tolist(), count) == ([5, 4, 9, 9], 4)
-    assert layout.touched(split, [2, 0, 1]) == [2, 0, 1]
+    assert layout.touched(split.cuts, [2, 0, 1]) == [2, 0, 1]
     sparse = layout.split_rows(torch.tensor([8, 9]), torch.ones(2, 2), rows_sorted=True)
-    assert layout.touched(sparse, [0, 1, 2]) == [2]
+    assert sparse.cuts == [0, 0, 0, 2]
+    assert layout.touched(sparse.cuts, [0, 1, 2]) == [2]
+    assert layout.touched(None, [0, 1, 2]) == []
 
 
 def test_two_learners_keep_the_unstriped_server_more_get_one_stripe_each() -> None:
     assert [default_stripes(k) for k in (1, 2, 3, 16)] == [0, 0, 3, 16]
 
 
+@pytest.mark.parametrize("dense", [CHUNK_MIN, 7], ids=["cut-dense", "runs"])
 @pytest.mark.parametrize("stripes", [1, 3, 8])
-def test_concurrent_striped_pushes_add_every_gradient_exactly_once(stripes: int) -> None:
+def test_concurrent_striped_pushes_add_every_gradient_exactly_once(stripes: int, dense: int) -> None:
     """Integer-valued gradients, so float sums in any order are exact: the table and the
-    dense parameter must equal the sum of every pushed gradient (Hogwild would lose some)."""
+    dense parameter must equal the sum of every pushed gradient (Hogwild would lose some).
+    A small dense parameter leaves the layout joinable: stripes then land in runs."""
     k, pushes, rows = 4, 60, 50
     opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_aware=False)
     ps = ParameterServer.create(
-        [(torch.zeros(rows, 3), True), (torch.zeros(CHUNK_MIN), False)],
+        [(torch.zeros(rows, 3), True), (torch.zeros(dense), False)],
         opt,
         k,
         40,
@@ -73,7 +75,7 @@ def test_concurrent_striped_pushes_add_every_gradient_exactly_once(stripes: int)
         ]
         for _ in range(k)
     ]
-    expected_table, expected_dense = torch.zeros(rows, 3), torch.zeros(CHUNK_MIN)
+    expected_table, expected_dense = torch.zeros(rows, 3), torch.zeros(dense)
     for plan in plans:
         for ids in plan:
             expected_table.index_add_(0, ids, torch.ones(len(ids), 3))  # duplicates add twice
@@ -82,7 +84,7 @@ def test_concurrent_striped_pushes_add_every_gradient_exactly_once(stripes: int)
     def learner(rank: int) -> None:
         for position, ids in enumerate(plans[rank], 1):
             base = ps.start_gradient(rank)
-            ps.push(rank, Gradient(ids, [torch.ones(len(ids), 3), torch.ones(CHUNK_MIN)]), base, position, 1)
+            ps.push(rank, Gradient(ids, [torch.ones(len(ids), 3), torch.ones(dense)]), base, position, 1)
             ps.end_gradient(rank)
 
     threads = [threading.Thread(target=learner, args=(rank,)) for rank in range(k)]
@@ -167,3 +169,31 @@ def test_stripes_are_refused_on_cuda() -> None:
             device=torch.device("cuda"),
             stripes=2,
         )
+
+
+class _ScriptedLock:
+    """A stripe lock another lander holds for the first ``busy`` attempts to take it."""
+
+    def __init__(self, busy: int) -> None:
+        self.busy = busy
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        if self.busy:
+            self.busy -= 1
+            return False
+        return True
+
+    def release(self) -> None:
+        pass
+
+
+def test_a_run_never_spans_a_stripe_landed_in_an_earlier_pass() -> None:
+    """Stripes 0 and 2 taken at first: the first pass lands stripe 1 alone, the second holds
+    0 and finds 2 free. Joining them in one run would land stripe 1's row a second time."""
+    opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_aware=False)
+    ps = ParameterServer.create([(torch.zeros(6, 1), True)], opt, 1, 8, shared=False, stripes=3)
+    assert ps.layout is not None and ps.layout.joinable and ps.layout.rows_per_stripe == 2
+    ps.stripe_locks[:] = [_ScriptedLock(1), _ScriptedLock(0), _ScriptedLock(2)]
+    ps._land(torch.tensor([4, 2, 0]), [-torch.ones(3, 1)], 1.0, 1, 0)
+    assert ps.params[0][:, 0].tolist() == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    assert [lock.busy for lock in ps.stripe_locks] == [0, 0, 0]  # both passes happened

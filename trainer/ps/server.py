@@ -124,12 +124,18 @@ class ParameterServer:
         self.stripe_locks = handles.stripes
         shapes = [(tuple(p.shape), r) for p, r in zip(self.params, self.is_rows, strict=True)]
         self.layout = StripeLayout(shapes, len(self.stripe_locks)) if self.stripe_locks else None
-        # Each stripe's dense pieces as views of the parameter (and Adam's moments), made once.
-        self._piece_views = [
+        # Each stripe's dense pieces with their views of the parameter (and Adam's moments), made once.
+        self._dense_work = [
             [
-                tuple(
-                    t.view(-1)[piece.start : piece.end]
-                    for t in [self.params[piece.param], *self.state[2 * piece.param : 2 * piece.param + 2]]
+                (
+                    piece,
+                    tuple(
+                        t.view(-1)[piece.start : piece.end]
+                        for t in [
+                            self.params[piece.param],
+                            *self.state[2 * piece.param : 2 * piece.param + 2],
+                        ]
+                    ),
                 )
                 for piece in pieces
             ]
@@ -511,47 +517,48 @@ class ParameterServer:
             self._land_whole(rows, values, lr, step)
             return
         layout, table = self.layout, self.row_param
-        split = None
+        sgd = self.opt.kind == "sgd"
+        cuts: list[int] | None = None
         if table is not None and rows.numel():
             split = layout.split_rows(rows, values[table], self.opt.needs_unique_rows)
-            if self.opt.kind == "sgd":
-                split.values.mul_(-lr)  # once for every stripe (see _land_whole)
+            rows, row_values, cuts = split.rows, split.values, split.cuts
+            if sgd:
+                row_values.mul_(-lr)  # once for every stripe (see _land_whole)
+        # each stripe's dense work: (the parameter's views, this gradient's piece)
         flat = [v.reshape(-1) for v in values]
-
-        sgd = self.opt.kind == "sgd"
+        dense = [
+            [(views, flat[piece.param][piece.start : piece.end]) for piece, views in work]
+            for work in self._dense_work
+        ]
 
         def land(held: list[int]) -> None:
             for stripe in held:
-                for piece, views in zip(layout.pieces[stripe], self._piece_views[stripe], strict=True):
-                    grad = flat[piece.param][piece.start : piece.end]
+                for views, grad in dense[stripe]:
                     if sgd:
                         views[0].add_(grad, alpha=-lr)
                     else:
                         param, m, v = views  # Adam: the moments' pieces beside the parameter's
                         _adam_dense(param, m, v, grad, lr, step, self.opt)
-            if split is None or table is None or not split.count(held[0], held[-1]):
+            if cuts is None or table is None:
                 return
-            part_rows, part_values, count = split.of(held[0], held[-1])
+            a, b = cuts[held[0]], cuts[held[-1] + 1]  # stripes between have none of its rows
+            if a == b:
+                return
             if sgd:
-                _add_rows(self.params[table], part_rows, part_values, count)
+                _add_rows(self.params[table], rows[a:b], row_values[a:b], b - a)
             else:
                 m, v = self.state[2 * table], self.state[2 * table + 1]
-                _adam_rows(self.params[table], m, v, part_rows, part_values, lr, step, self.opt)
-
-        def joins(held: list[int], stripe: int) -> bool:
-            """A run takes a later stripe while its rows stay cheap for one call; the rows of
-            the stripes it skips (none of this gradient's) do not matter. (At K = 16, runs of
-            up to 128 rows, or stripes with dense pieces landing alone, measured no better.)"""
-            return (
-                layout.joinable
-                and split is not None
-                and stripe > held[-1]
-                and split.count(held[0], stripe) <= _RUN_MAX_ROWS
-            )
+                _adam_rows(self.params[table], m, v, rows[a:b], row_values[a:b], lr, step, self.opt)
 
         first = (lander or 0) % layout.count  # learners start at different stripes
         order = [*range(first, layout.count), *range(first)]
-        land_in_turn(self.stripe_locks, layout.touched(split, order), land, joins, self._check_stripe_wait)
+        land_in_turn(
+            self.stripe_locks,
+            layout.touched(cuts, order),
+            land,
+            cuts if layout.joinable else None,
+            self._check_stripe_wait,
+        )
 
     def _check_stripe_wait(self) -> None:
         """A lander waiting for a stripe gives up on STOP or a learner's death: the stripe's
@@ -629,7 +636,6 @@ class ParameterServer:
 
 
 _PUT_MAX_ROWS = 16  # index_put_ is the cheaper call up to here, index_add_ past it (see _add_rows)
-_RUN_MAX_ROWS = 64  # a run of stripes lands at most this many rows in one call (stripes.land_in_turn)
 
 
 def _add_rows(param: torch.Tensor, rows: torch.Tensor, values: torch.Tensor, count: int) -> None:

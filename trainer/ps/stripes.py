@@ -36,6 +36,9 @@ def default_stripes(learners: int) -> int:
 
 
 CHUNK_MIN = 1 << 18  # dense parameters this large (1 MiB of float32) are cut across all stripes
+# A run of stripes lands at most this many rows in one call (land_in_turn). At K = 16, runs of
+# up to 128 rows, or stripes with dense pieces landing alone, measured no better.
+RUN_MAX_ROWS = 64
 _WAIT_S = 0.01  # a blocked stripe wait re-checks whether to give up this often
 
 
@@ -57,15 +60,6 @@ class RowSplit:
     values: torch.Tensor  # every row's gradient, in stripe order
     cuts: list[int]
 
-    def count(self, first: int, last: int) -> int:
-        """How many rows stripes ``first``..``last`` have."""
-        return self.cuts[last + 1] - self.cuts[first]
-
-    def of(self, first: int, last: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """The rows of stripes ``first``..``last``, their gradient rows and how many."""
-        a, b = self.cuts[first], self.cuts[last + 1]
-        return self.rows[a:b], self.values[a:b], b - a
-
 
 class StripeLayout:
     """Which part of which parameter each of ``count`` stripes holds."""
@@ -78,6 +72,8 @@ class StripeLayout:
         self.count = count
         table_rows = next((shape[0] for shape, is_rows in shapes if is_rows), 0)
         self.rows_per_stripe = max(-(-table_rows // count), 1)  # stripe s: rows [s * this, (s + 1) * this)
+        self._bounds = np.arange(count + 1, dtype=np.int64) * self.rows_per_stripe
+        self._bounds[-1] = max(table_rows, 1) << 1  # past every row: the last stripe ends its rows
         self.pieces: list[list[Piece]] = [[] for _ in range(count)]
         small, chunked = 0, False
         for param, (shape, is_rows) in enumerate(shapes):
@@ -101,20 +97,20 @@ class StripeLayout:
         """Group a gradient's rows by stripe: row r belongs to stripe r // rows_per_stripe.
 
         Sorted rows (Adam's coalesced ones) are already grouped; others are put in stripe
-        order first (a stable sort of their stripe numbers, one gather of the values).
+        order first (a stable sort of their stripe numbers, one gather of the values). Either
+        way a stripe's rows lie between its bounds, so a binary search of the bounds cuts them.
         """
-        stripe_of = rows.numpy() // self.rows_per_stripe
+        ids = rows.numpy()
         if not rows_sorted:
-            order = np.argsort(stripe_of, kind="stable")
-            stripe_of, index = stripe_of[order], torch.from_numpy(order)
+            order = np.argsort(ids // self.rows_per_stripe, kind="stable")
+            ids, index = ids[order], torch.from_numpy(order)
             rows, values = rows.index_select(0, index), values.index_select(0, index)
-        cuts = np.zeros(self.count + 1, dtype=np.int64)
-        np.cumsum(np.bincount(stripe_of, minlength=self.count), out=cuts[1:])
-        return RowSplit(rows, values, cuts.tolist())
+        cuts = np.searchsorted(ids, self._bounds).tolist()
+        return RowSplit(rows, values, cuts)
 
-    def touched(self, split: RowSplit | None, order: list[int]) -> list[int]:
-        """The stripes a gradient touches, in ``order``: those with dense pieces or its rows."""
-        cuts = split.cuts if split is not None else None
+    def touched(self, cuts: list[int] | None, order: list[int]) -> list[int]:
+        """The stripes a gradient touches, in ``order``: those with dense pieces or its rows
+        (``cuts``: ``split_rows``'s; None: no rows)."""
         return [s for s in order if self.pieces[s] or (cuts is not None and cuts[s + 1] > cuts[s])]
 
 
@@ -122,31 +118,40 @@ def land_in_turn(
     locks: Sequence[Any],
     stripes: list[int],
     land: Callable[[list[int]], None],
-    joins: Callable[[list[int], int], bool],
+    cuts: list[int] | None,
     check: Callable[[], None],
 ) -> None:
     """Land every stripe in ``stripes`` under its lock, ``land(held)`` for runs of them.
 
-    Free stripes first, in the given order. Holding a run, the next stripe is taken too if
-    ``joins(held, stripe)`` (the caller's rule: later in the table, and the run stays cheap
-    for one call) and its lock is free at once: the run then lands in one call. When every
-    stripe left is taken, wait for the first of them, holding none, calling ``check()``
-    every ``_WAIT_S`` (it raises to give up: the holder may be dead). Nothing is ever waited
-    for while a stripe is held, so every wait ends while the holders live.
+    Free stripes first, in the given order. With ``cuts`` (the gradient's rows split by
+    stripe: stripe s has rows ``cuts[s]:cuts[s + 1]``), a lander holding a run takes the next
+    stripe too if its lock is free at once, it lies later in the table with none of the
+    gradient's rows in between (stripes skipped in this pass, or landed in an earlier one),
+    and the run stays within ``RUN_MAX_ROWS`` rows: the run's rows, ``cuts[held[0]]`` to
+    ``cuts[held[-1] + 1]``, then land in one call. Without ``cuts`` each stripe lands alone.
+    When every stripe left is taken, wait for the first of them, holding none, calling
+    ``check()`` every ``_WAIT_S`` (it raises to give up: the holder may be dead). Nothing is
+    ever waited for while a stripe is held, so every wait ends while the holders live.
     """
     pending = stripes
     while pending:
         left: list[int] = []
-        i = 0
-        while i < len(pending):
+        i, n = 0, len(pending)
+        while i < n:
             held = [pending[i]]
             i += 1
             if not locks[held[0]].acquire(block=False):
                 left.append(held[0])
                 continue
-            while i < len(pending) and joins(held, pending[i]) and locks[pending[i]].acquire(block=False):
-                held.append(pending[i])
-                i += 1
+            if cuts is not None:
+                limit = cuts[held[0]] + RUN_MAX_ROWS
+                while (
+                    i < n
+                    and _joins(cuts, held[-1], pending[i], limit)
+                    and locks[pending[i]].acquire(block=False)
+                ):
+                    held.append(pending[i])
+                    i += 1
             _land_run(locks, held, land)
         if left and len(left) == len(pending):
             first = left.pop(0)
@@ -154,6 +159,11 @@ def land_in_turn(
                 check()
             _land_run(locks, [first], land)
         pending = left
+
+
+def _joins(cuts: list[int], last: int, stripe: int, limit: int) -> bool:
+    """Whether ``stripe`` may join a run ending at ``last`` whose rows must end by ``limit``."""
+    return stripe > last and cuts[stripe] == cuts[last + 1] and cuts[stripe + 1] <= limit
 
 
 def _land_run(locks: Sequence[Any], held: list[int], land: Callable[[list[int]], None]) -> None:

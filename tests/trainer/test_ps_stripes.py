@@ -171,6 +171,17 @@ def test_stripes_are_refused_on_cuda() -> None:
         )
 
 
+def test_a_striped_servers_slots_carry_no_gradient_payload() -> None:
+    """Its pushers land their own gradients, so the ring holds words and headers only: no
+    copy of the model per learner (420 MB for a 6.6 M-parameter model at K = 16)."""
+    params = [(torch.zeros(100, 4), True), (torch.zeros(50, 4), False)]
+    opt = OptimizerConfig(kind="sgd", lr=1.0)
+    striped = ParameterServer.create(params, opt, 4, 32, shared=False, stripes=3).handles.slots
+    assert striped.values == [] and striped.ids.numel() == 0
+    plain = ParameterServer.create(params, opt, 4, 32, shared=False).handles.slots
+    assert [tuple(v.shape) for v in plain.values] == [(4, 32, 4), (4, 50, 4)]
+
+
 class _ScriptedLock:
     """A stripe lock another lander holds for the first ``busy`` attempts to take it."""
 

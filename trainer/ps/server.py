@@ -206,6 +206,7 @@ class ParameterServer:
             iter(publish).__next__,
             shared,
             device,
+            payload=not stripe_locks,  # a striped server's pushers land their own gradients
         )
         return cls(
             PSHandles(

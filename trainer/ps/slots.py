@@ -58,7 +58,9 @@ class SlotHandles:
     words: torch.Tensor  # int64 [slots]
     header: torch.Tensor  # int64 [slots, HEADER]
     ids: torch.Tensor  # int64 [slots, max_rows] (max_rows may be 0: no row parameter)
-    values: list[torch.Tensor]  # per parameter: [slots, max_rows, dim] or [slots, *shape]
+    # per parameter: [slots, max_rows, dim] or [slots, *shape]; none where slots carry no
+    # gradient (a striped server's pushers land their own, so its slots stay FREE)
+    values: list[torch.Tensor]
     publish: list[Any]  # one multiprocessing Lock per slot
 
 
@@ -84,11 +86,14 @@ class SlotRing:
         lock_factory: Any,
         shared: bool,
         device: torch.device | None = None,
+        payload: bool = True,
     ) -> SlotHandles:
         """Zeroed (all FREE, seq 0) handles; ``shapes`` = (parameter shape, is_rows) each.
 
         The words and headers stay in host memory (the protocol runs on the CPU); the payload
-        lives on ``device`` (CUDA: beside the parameters it is applied to).
+        lives on ``device`` (CUDA: beside the parameters it is applied to). Without
+        ``payload`` the slots have no room for a gradient: a copy of the model per learner
+        that a striped server would never use (6.6 M parameters at K = 16: 420 MB).
         """
 
         def alloc(
@@ -97,6 +102,8 @@ class SlotRing:
             tensor = torch.zeros(shape, dtype=dtype, device=on)
             return tensor.share_memory_() if shared else tensor
 
+        if not payload:
+            shapes, max_rows = [], 0
         values = [
             alloc(slots, max_rows, *shape[1:], on=device) if is_rows else alloc(slots, *shape, on=device)
             for shape, is_rows in shapes

@@ -4,8 +4,9 @@ on servers that apply under the apply role and on striped ones (trainer.ps.strip
 Learners are threads here so that hypothesis can try many interleavings with K up to 8 in
 a few seconds; a "death" is a learner that stops forever wherever it is, holding whatever it
 holds (as a SIGKILLed process does). Real processes and real SIGKILLs are in test_ps_engine.
-Each gradient i adds -1 to row i of a table (SGD, lr 1, no staleness scaling), so the table
-itself records how many times each gradient was applied. A learner reads the version through
+Each gradient i adds -1 to rows i, i + k·n and i + 2·k·n of a table (SGD, lr 1, no staleness
+scaling; with three stripes, one row in each), so the table itself records how many times each
+part of each gradient was applied. A learner reads the version through
 the staleness bound's gate, computes for a random while and pushes, as trainer.ps.learner does.
 """
 
@@ -24,6 +25,7 @@ from trainer.ps import counters as C
 from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer, Stopped
 from trainer.ps.slots import APPLYING, READY
 
+_PARTS = 3  # rows per gradient: one in each stripe of a three-stripe server
 _HANG_S = 20.0  # a run that takes longer than this has hung: the protocol is broken
 
 
@@ -44,9 +46,11 @@ class _Run:
         stripes: int,
     ) -> None:
         self.k, self.n, self.deaths, self.rng = k, n, deaths, rng
-        table = torch.zeros((k * n, 1))
+        table = torch.zeros((_PARTS * k * n, 1))
         opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_aware=False, staleness_bound=bound)
-        self.ps = ParameterServer.create([(table, True)], opt, k, max_rows=1, shared=False, stripes=stripes)
+        self.ps = ParameterServer.create(
+            [(table, True)], opt, k, max_rows=_PARTS, shared=False, stripes=stripes
+        )
         self.delays = [[rng.uniform(0, 0.002) for _ in range(n)] for _ in range(k)]
         self.local = threading.local()
         self.the_end = threading.Event()
@@ -104,7 +108,8 @@ class _Run:
         try:
             for j in range(self.n):
                 base = self.ps.start_gradient(rank)
-                rows = [self.row_of[v] for v in range(1, base + 1)]
+                size = self.k * self.n
+                rows = [self.row_of[v] + part * size for v in range(1, base + 1) for part in range(_PARTS)]
                 if (self.ps.params[0].numpy()[rows, 0] != -1).any():
                     self.unlanded_reads.append((rank, base))
                 try:
@@ -114,7 +119,8 @@ class _Run:
                             self._die(rank)  # in flight, never pushed: bound waiters must not hang
                         self.local.die_at = plan[0]
                     row = rank * self.n + j
-                    self.ps.push(rank, Gradient(torch.tensor([row]), [torch.ones((1, 1))]), base, j + 1, 1)
+                    parts = torch.tensor([row + part * size for part in range(_PARTS)])
+                    self.ps.push(rank, Gradient(parts, [torch.ones((_PARTS, 1))]), base, j + 1, 1)
                 finally:
                     if rank not in self.dead:
                         self.ps.end_gradient(rank)
@@ -169,9 +175,12 @@ def test_every_completed_push_is_applied_exactly_once_within_the_bound_and_no_ru
     assert (table >= -1).all(), "a gradient was applied twice"
     # Every gradient given a version has landed, unless recovery refuses the state: a
     # lander died, or gave up waiting for a stripe the dead one held.
-    landed = int((table == -1).sum())
+    parts = table.view(_PARTS, k * n)  # row i of each part: gradient i
+    landed = int((parts == -1).all(dim=0).sum())
     assert stats.applied == len(run.staleness)
     assert landed == stats.applied if consistent else landed <= stats.applied
+    if consistent:
+        assert (parts == parts[0]).all(), "a gradient landed in part"
     assert not run.unlanded_reads, "a learner computed against a version that had not landed"
     if bound is not None:
         assert max(run.staleness, default=0) <= bound, run.staleness

@@ -4,7 +4,12 @@ more learners can take it."""
 
 from __future__ import annotations
 
-from benchmark_runs import run_benchmark
+import subprocess
+import sys
+
+import pytest
+import torch
+from benchmark_runs import BENCHMARKS, run_benchmark
 
 
 def test_the_report_gives_each_modes_rate_and_the_apply_roles_busy_share() -> None:
@@ -20,3 +25,17 @@ def test_the_report_gives_each_modes_rate_and_the_apply_roles_busy_share() -> No
     assert "apply_busy" not in rows["single"]  # no server, no apply role
     for mode in ("ps", "bounded"):
         assert 0 < rows[mode]["apply_busy"] <= 1, rows[mode]
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="this machine has CUDA: test_ps_cuda.py runs the benchmark"
+)
+def test_the_cuda_benchmark_says_so_where_there_is_no_cuda() -> None:
+    ran = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "ps_cuda_bench.py"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 2
+    assert "no CUDA device" in ran.stderr and not ran.stdout

@@ -75,3 +75,16 @@ def test_applies_from_different_streams_never_overlap(kind: str) -> None:
         for i in range(learners * pushes):
             sequential.push(0, Gradient(torch.empty(0, dtype=torch.long), [torch.ones(1)]), i, i + 1, 1)
         assert torch.allclose(result.cpu(), sequential.params[0].expand(width), rtol=1e-5, atol=1e-7)
+
+
+def test_the_cuda_benchmark_reports_every_mode_side_by_side() -> None:
+    """benchmarks/ps_cuda_bench.py as a user runs it: single, graph and the PS on one GPU."""
+    from benchmark_runs import run_benchmark
+
+    (report,) = run_benchmark(
+        "ps_cuda_bench.py", "--json", "--learners", "2", "--batches", "4", "--seconds", "0.2"
+    )
+    rows = {(row["model"], row["mode"]): row for row in report["results"]}
+    assert set(rows) == {(m, mode) for m in ("sparse", "dense") for mode in ("single", "graph", "ps")}
+    assert all(row["samples_per_s"] > 0 for row in rows.values())
+    assert all(0 <= rows[(m, "ps")]["apply_busy"] <= 1 for m in ("sparse", "dense"))

@@ -8,6 +8,11 @@ through the same slot protocol and the same ParameterServer code (its locks work
 threads; its ``_sync`` orders the streams around slot hand-offs). One GPU (``cuda`` = the
 current device); more GPUs would be one such process per GPU. tests/trainer/test_ps_cuda.py
 passed on an H200 (thirteenth session) and skips without CUDA.
+
+Against ../shared/PERFORMANCE.md's CUDA bar (one process replaying its step as a CUDA graph)
+this path reaches 0.10-0.27 x at batch <= 16 on an H200, about one plain loop; K = 4 streams
+measured best of 1, 2, 4 and 8 (benchmarks/ps_cuda_bench.py, docs/benchmarks.md). The host
+is the limit: the learners' Python runs one thread at a time, and each step reads its loss.
 """
 
 from __future__ import annotations

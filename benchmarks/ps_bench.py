@@ -123,6 +123,18 @@ class DenseTask:
         return float(loss.detach()), Gradient(torch.zeros(0, dtype=torch.int64), list(grads))
 
 
+def server_params(kind: str, model: nn.Module) -> list[tuple[torch.Tensor, bool]]:
+    """The model's parameters in server order, each with whether it is pushed by rows."""
+    if kind == "sparse":
+        return model_parameters(model)  # type: ignore[arg-type]  # build_model's TextClassifier
+    return [(p, False) for p in model.parameters()]
+
+
+def learner_task(kind: str) -> TextClassifierTask | DenseTask:
+    """The gradient task a PS learner of model ``kind`` runs (SGD: rows need not be unique)."""
+    return TextClassifierTask(unique_rows=False) if kind == "sparse" else DenseTask()
+
+
 def _worker(
     mode: str,
     kind: str,
@@ -140,9 +152,7 @@ def _worker(
     ctl_view, counts_view = ctl.numpy(), counts.numpy()
     if mode in ("ps", "bounded"):
         ps = ParameterServer(shared)
-        learner = Learner(
-            ps, TextClassifierTask(unique_rows=False) if kind == "sparse" else DenseTask(), rank
-        )
+        learner = Learner(ps, learner_task(kind), rank)
 
         def step(b: Batch) -> None:
             learner.step(b, batch, 0)
@@ -197,7 +207,7 @@ def run_mode(
     ps = None
     if mode in ("ps", "bounded"):
         model = build_model(kind, 0)
-        params = model_parameters(model) if kind == "sparse" else [(p, False) for p in model.parameters()]
+        params = server_params(kind, model)
         opt = OptimizerConfig(kind="sgd", lr=LR, staleness_bound=bound if mode == "bounded" else None)
         ps = ParameterServer.create(
             params,

@@ -37,11 +37,18 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ps_bench import LR, DenseTask, build_model, make_batches  # noqa: E402
+from ps_bench import (  # noqa: E402
+    IDS_PER_EXAMPLE,
+    LR,
+    build_model,
+    learner_task,
+    make_batches,
+    server_params,
+)
 
 from trainer.ps.learner import Learner  # noqa: E402
 from trainer.ps.server import OptimizerConfig, ParameterServer  # noqa: E402
-from trainer.step import Batch, TextClassifierTask, model_parameters  # noqa: E402
+from trainer.step import Batch  # noqa: E402
 
 _WARMUP_STEPS = 20
 _CHECK_EVERY = 16  # steps between looks at the clock (a look costs a host call)
@@ -80,6 +87,11 @@ def _params(kind: str, device: torch.device) -> list[torch.Tensor]:
     return [p.detach().to(device).requires_grad_(True) for p in model.parameters()]
 
 
+def _tensors(b: Batch) -> tuple[torch.Tensor, ...]:
+    """A batch's tensors, in the order Batch takes them."""
+    return b.ids, b.offsets, b.weights, b.targets
+
+
 def _timed(step: Callable[[int], None], seconds: float, device: torch.device) -> float:
     """Steps per second of ``step(i)`` over ``seconds``, the device synchronised at both ends."""
     for i in range(_WARMUP_STEPS):
@@ -103,9 +115,7 @@ def run_single(kind: str, batches: list[Batch], seconds: float, device: torch.de
 def run_graph(kind: str, batches: list[Batch], seconds: float, device: torch.device) -> float:
     """Steps/s of the step captured as a CUDA graph and replayed, each replay on a new batch."""
     params = _params(kind, device)
-    static = Batch(
-        *(t.clone() for t in (batches[0].ids, batches[0].offsets, batches[0].weights, batches[0].targets))
-    )
+    static = Batch(*(t.clone() for t in _tensors(batches[0])))
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):  # warm-up before capture, as torch.cuda.graph asks
@@ -117,12 +127,7 @@ def run_graph(kind: str, batches: list[Batch], seconds: float, device: torch.dev
         _sgd_step(kind, params, static)
 
     def step(i: int) -> None:
-        b = batches[i % len(batches)]
-        for target, source in zip(
-            (static.ids, static.offsets, static.weights, static.targets),
-            (b.ids, b.offsets, b.weights, b.targets),
-            strict=True,
-        ):
+        for target, source in zip(_tensors(static), _tensors(batches[i % len(batches)]), strict=True):
             target.copy_(source, non_blocking=True)
         graph.replay()
 
@@ -133,16 +138,12 @@ def run_ps(
     kind: str, batch: int, pools: list[list[Batch]], seconds: float, device: torch.device
 ) -> tuple[float, dict[str, Any]]:
     """Steps/s of K learner threads, each on its own stream, pushing to a device-resident PS."""
-    model = build_model(kind, 0)
-    params = model_parameters(model) if kind == "sparse" else [(p, False) for p in model.parameters()]
+    params = server_params(kind, build_model(kind, 0))
     k = len(pools)
     ps = ParameterServer.create(
-        params, OptimizerConfig(kind="sgd", lr=LR), k, batch * 24, shared=False, device=device
+        params, OptimizerConfig(kind="sgd", lr=LR), k, batch * IDS_PER_EXAMPLE, shared=False, device=device
     )
-    learners = [
-        Learner(ps, TextClassifierTask(unique_rows=False) if kind == "sparse" else DenseTask(), r)
-        for r in range(k)
-    ]
+    learners = [Learner(ps, learner_task(kind), r) for r in range(k)]
     streams = [torch.cuda.Stream(device) for _ in range(k)]
     counts = [0] * k
     ready, go, stop = threading.Barrier(k + 1, timeout=120), threading.Event(), threading.Event()

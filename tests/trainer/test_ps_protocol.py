@@ -105,10 +105,10 @@ class _Run:
     def learner(self, rank: int) -> None:
         self.local.rank = rank
         plan = self.deaths.get(rank)
+        size = self.k * self.n  # rows per part
         try:
             for j in range(self.n):
                 base = self.ps.start_gradient(rank)
-                size = self.k * self.n
                 rows = [self.row_of[v] + part * size for v in range(1, base + 1) for part in range(_PARTS)]
                 if (self.ps.params[0].numpy()[rows, 0] != -1).any():
                     self.unlanded_reads.append((rank, base))

@@ -525,16 +525,12 @@ class ParameterServer:
             rows, row_values, cuts = split.rows, split.values, split.cuts
             if sgd:
                 row_values.mul_(-lr)  # once for every stripe (see _land_whole)
-        # each stripe's dense work: (the parameter's views, this gradient's piece)
         flat = [v.reshape(-1) for v in values]
-        dense = [
-            [(views, flat[piece.param][piece.start : piece.end]) for piece, views in work]
-            for work in self._dense_work
-        ]
 
         def land(held: list[int]) -> None:
             for stripe in held:
-                for views, grad in dense[stripe]:
+                for piece, views in self._dense_work[stripe]:
+                    grad = flat[piece.param][piece.start : piece.end]
                     if sgd:
                         views[0].add_(grad, alpha=-lr)
                     else:

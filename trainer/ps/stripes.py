@@ -73,7 +73,7 @@ class StripeLayout:
         table_rows = next((shape[0] for shape, is_rows in shapes if is_rows), 0)
         self.rows_per_stripe = max(-(-table_rows // count), 1)  # stripe s: rows [s * this, (s + 1) * this)
         self._bounds = np.arange(count + 1, dtype=np.int64) * self.rows_per_stripe
-        self._bounds[-1] = max(table_rows, 1) << 1  # past every row: the last stripe ends its rows
+        self._bounds[-1] = np.iinfo(np.int64).max  # the last stripe ends after every row
         self.pieces: list[list[Piece]] = [[] for _ in range(count)]
         small, chunked = 0, False
         for param, (shape, is_rows) in enumerate(shapes):

@@ -22,7 +22,6 @@ import ctypes
 import fcntl
 import importlib.util
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -48,6 +47,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.client import register as register_client_commands
 from service.settings import Settings, get_settings
+from service.tenancy import new_admin_key
 
 _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 _RESTARTS_PER_MINUTE = 5
@@ -375,7 +375,7 @@ def _admin_key(settings: Settings) -> tuple[str, Path, bool]:
     key_file = settings.data_dir / "admin.key"
     if settings.admin_key:
         return settings.admin_key, key_file, False
-    key = secrets.token_urlsafe(32)
+    key = new_admin_key()
     try:
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

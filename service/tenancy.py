@@ -27,6 +27,7 @@ from service.settings import Settings
 from service.training_data import unprintable
 
 KEY_PREFIX = "taas_"
+ADMIN_KEY_PREFIX = "admin_"
 BASIC_USER = "apikey"  # what the ibm-watson SDK's BasicAuthenticator/IAM-style config sends
 
 
@@ -77,6 +78,15 @@ def presented_key(authorization: str | None, x_api_key: str | None) -> str | Non
             return password
         raise Unauthorized(f"Basic credentials must use the user name '{BASIC_USER}' and the key as password")
     raise Unauthorized("unsupported Authorization scheme: use Bearer, Basic (apikey:KEY) or X-API-Key")
+
+
+def new_admin_key() -> str:
+    """A fresh administrator key.
+
+    The prefix matters: a bare ``token_urlsafe`` starts with '-' once in 64 draws, and a command
+    line (``taas login URL KEY``) then reads the key as an option.
+    """
+    return ADMIN_KEY_PREFIX + secrets.token_urlsafe(32)
 
 
 def is_admin_key(settings: Settings, api_key: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,12 +72,28 @@ def _print_json(value: object) -> None:
     typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
+def _key_from_stdin() -> str:
+    """The key typed at a hidden prompt, or the first line piped in (``< var/admin.key``)."""
+    if sys.stdin.isatty():
+        key = typer.prompt("API key", hide_input=True)
+    else:
+        key = sys.stdin.readline()
+    if not key.strip():
+        raise ClientError("no key given: pass KEY, or pipe it in (taas login URL < var/admin.key)")
+    return key.strip()
+
+
 @_one_line_errors
 def login(
     url: str = typer.Argument(..., help="The platform's URL, e.g. http://127.0.0.1:8000."),
-    key: str = typer.Argument(..., help="A tenant's API key, or the admin key."),
+    key: str | None = typer.Argument(
+        None,
+        help="A tenant's API key, or the admin key. Left out, it is read from a hidden prompt or "
+        "from stdin, which keeps it out of the shell history and the process list.",
+    ),
 ) -> None:
     """Check KEY against the platform at URL and remember both for the other commands."""
+    key = key if key is not None else _key_from_stdin()
     with Api(url, key) as api:
         admin = api.is_admin()
     path = config.save(config.Login(url=api.url, key=key, admin=admin))

@@ -1,7 +1,8 @@
 """Fixtures for the client command tests.
 
-``taas``  ``taas(*args) -> Result``: runs the ``taas`` command in-process (typer's CliRunner),
-          with its config file in this test's temp dir (``XDG_CONFIG_HOME``).
+``taas``  ``taas(*args, input=None) -> Result``: runs the ``taas`` command in-process (typer's
+          CliRunner), ``input`` as its stdin, with its config file in this test's temp dir
+          (``XDG_CONFIG_HOME``).
 ``embedded_platform``, ``intents_nlc``: `taas up` and a small NLC training set, from
           ``tests/e2e/conftest.py``.
 """
@@ -30,7 +31,7 @@ def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def taas(config_home: Path) -> Callable[..., Result]:
     runner = CliRunner()
 
-    def run(*args: str) -> Result:
-        return runner.invoke(cli, list(args))
+    def run(*args: str, input: str | None = None) -> Result:
+        return runner.invoke(cli, list(args), input=input)
 
     return run

@@ -31,8 +31,9 @@ def test_admin_and_tenant_work_through_the_client(
     tmp_path: Path,
 ) -> None:
     url = embedded_platform.base_url
-    # the admin logs in and makes a tenant
-    assert "as the administrator" in taas("login", url, embedded_platform.admin_key).stdout
+    # the admin logs in, the key piped in as from `< var/admin.key`, and makes a tenant
+    admin_login = taas("login", url, input=embedded_platform.admin_key + "\n")
+    assert "as the administrator" in admin_login.stdout, admin_login.output
     assert stat.S_IMODE((config_home / "taas" / "client.json").stat().st_mode) == 0o600
     created = _json(taas("tenants", "create", "cli-acme", "--json"))
     assert isinstance(created, dict)

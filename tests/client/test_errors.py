@@ -66,3 +66,40 @@ def test_a_config_folder_that_cannot_be_written_is_one_line(
 
     assert result.exit_code == 1 and result.stderr.startswith("error: cannot save the login in ")
     assert result.stderr.count("\n") == 1
+
+
+def test_a_key_that_starts_with_a_dash_logs_in_after_double_dash_or_from_stdin(
+    taas: Callable[..., Result],
+) -> None:
+    key = "-uKvie3GmQA9EN4XwyUbUh3viEiESTPX94FJ3RAEwDI"  # an admin key as earlier releases made one
+    sent: list[str] = []
+
+    class AdminRoute(BaseHTTPRequestHandler):  # answers the login check as for the admin key
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            sent.append(self.headers["Authorization"])
+            body = b'{"tenants": []}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    with HTTPServer(("127.0.0.1", 0), AdminRoute) as server:
+        threading.Thread(target=lambda: [server.handle_request() for _ in range(2)], daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_port}"
+
+        results = [taas("login", url, "--", key), taas("login", url, input=key + "\n")]
+
+    assert [r.exit_code for r in results] == [0, 0], [r.output for r in results]
+    assert all("as the administrator" in r.stdout for r in results)
+    assert sent == [f"Bearer {key}"] * 2
+
+
+def test_login_without_a_key_and_nothing_piped_in_names_both_ways(taas: Callable[..., Result]) -> None:
+    result = taas("login", "http://127.0.0.1:9", input="")
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: no key given: pass KEY, or pipe it in (taas login URL < var/admin.key)\n"

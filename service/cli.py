@@ -396,6 +396,8 @@ def _announce(base: str, settings: Settings, key_file: Path, new_key: str | None
         typer.echo("  admin key  " + ("TAAS_ADMIN_KEY" if settings.admin_key else str(key_file)))
     else:
         typer.echo(f"  admin key  {new_key}  (shown once; kept in {key_file}, mode 0600)")
+    if not settings.admin_key:
+        typer.echo(f"  client     taas login {base} < {key_file}")
     typer.echo(f"  data       {settings.data_dir}")
     typer.echo("Press Ctrl-C to stop.")
 

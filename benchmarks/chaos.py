@@ -96,6 +96,23 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def stop_tree(process: subprocess.Popen[bytes], grace_s: float = 90.0) -> None:
+    """SIGTERM a running ``process`` (`taas up`), SIGKILL it after ``grace_s``, then SIGKILL
+    whatever of its process tree outlived it (a child it failed to stop)."""
+    if process.poll() is not None:
+        return
+    left = descendants(process.pid)
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _cmdline(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
@@ -216,17 +233,8 @@ class Platform:
 
     def stop(self) -> None:
         """Stop `taas up` (and anything it left), the external Redis, drop the database."""
-        if self.process is not None and self.process.poll() is None:
-            left = descendants(self.process.pid)
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        if self.process is not None:
+            stop_tree(self.process)
         if self.redis is not None:
             self.redis.kill()
         if self.database is not None:

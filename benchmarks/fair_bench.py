@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from benchmarks.serve_bench import REPO, _free_port, _process, _wait_http  # noqa: E402
+from benchmarks.serve_bench import embedded_up  # noqa: E402
 
 NLC_CSV = "".join(
     f"{text} {i},{label}\n"
@@ -69,26 +69,8 @@ def _create(client: httpx.Client, headers: dict[str, str], name: str) -> tuple[s
 def run(backlog: int, workers: int, yield_to_fairer: bool) -> dict[str, object]:
     """Measure one run; returns per-tenant waits and job durations (seconds)."""
     with tempfile.TemporaryDirectory(prefix="fair-bench-") as tmp:
-        port, admin_key = _free_port(), f"bench-admin-{time.time_ns()}"
-        env = {
-            **os.environ,
-            "TAAS_ADMIN_KEY": admin_key,
-            "TAAS_DATA_DIR": str(Path(tmp) / "var"),
-            "TAAS_YIELD_TO_FAIRER": str(yield_to_fairer).lower(),
-        }
-        env.pop("TAAS_DATABASE_URL", None)
-        env.pop("TAAS_REDIS_URL", None)
-        taas = [
-            str(Path(sys.executable).parent / "taas"),
-            "up",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-        ]
-        with _process(taas, {**env, "PYTHONPATH": str(REPO)}, Path(tmp) / "taas.log"):
-            base = f"http://127.0.0.1:{port}"
-            _wait_http(f"{base}/docs")
+        fairer = str(yield_to_fairer).lower()
+        with embedded_up(Path(tmp), workers, TAAS_YIELD_TO_FAIRER=fairer) as (base, admin_key, _):
             with httpx.Client(base_url=base, timeout=60) as client:
                 admin = {"Authorization": f"Bearer {admin_key}"}
                 a, b = _tenant(client, admin, "tenant-a", backlog), _tenant(client, admin, "tenant-b", 1)

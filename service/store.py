@@ -181,15 +181,7 @@ class ArtifactStore(TreeOps):
             if source.stat().st_dev == dest.parent.stat().st_dev:
                 os.replace(source, dest)
                 return
-            staged = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
-            try:
-                with open(source, "rb") as src, open(staged, "wb") as out:
-                    shutil.copyfileobj(src, out)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(staged, dest)
-            finally:
-                staged.unlink(missing_ok=True)
+            _copy_atomically(source, dest)  # another filesystem: os.replace cannot move it
         finally:
             source.unlink(missing_ok=True)
 

@@ -175,6 +175,21 @@ def test_local_keys_and_paths_are_one_store(tmp_path: Path) -> None:
     assert store.get_bytes(layout.dataset_key("t", "d")) == b"a,b\n"
 
 
+def test_a_file_from_another_filesystem_is_copied_whole_and_its_source_consumed(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs /dev/shm on a filesystem other than the temp dir's")
+    store = ArtifactStore(tmp_path)
+    source = shm / f"taas-test-{uuid.uuid4().hex}.csv"
+    source.write_bytes(b"a,b\n" * 1000)
+    dest = store.dataset_path("t", "d")
+
+    store.put_file(source, dest)
+
+    assert dest.read_bytes() == b"a,b\n" * 1000 and not source.exists()
+    assert [p.name for p in dest.parent.iterdir()] == [dest.name]  # no staged copy left beside it
+
+
 def test_open_backend_picks_from_settings(tmp_path: Path) -> None:
     local = open_backend(Settings(data_dir=tmp_path))
     assert isinstance(local, ArtifactStore) and local.root == (tmp_path / "artifacts").resolve()

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.chaos import descendants, free_port
+from benchmarks.chaos import descendants, free_port, stop_tree
 from tests.conftest import empty_redis_db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -97,18 +97,8 @@ class Platform:
 
     def kill(self) -> None:
         """Last resort at teardown: stop `taas up` and anything it left."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        left = descendants(self.process.pid)
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        for pid in left:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        if self.process is not None:
+            stop_tree(self.process)
 
     def process_tree(self) -> set[int]:
         """The pids of every process `taas up` runs now (Redis, API, workers, their children)."""

@@ -74,7 +74,9 @@ def _print_json(value: object) -> None:
 
 def _key_from_stdin() -> str:
     """The key typed at a hidden prompt, or the first line piped in (``< var/admin.key``)."""
-    if sys.stdin.isatty():
+    if sys.stdin is None:  # started with its stdin closed
+        key = ""
+    elif sys.stdin.isatty():
         key = typer.prompt("API key", hide_input=True)
     else:
         key = sys.stdin.readline()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -103,3 +106,18 @@ def test_login_without_a_key_and_nothing_piped_in_names_both_ways(taas: Callable
 
     assert result.exit_code == 1
     assert result.stderr == "error: no key given: pass KEY, or pipe it in (taas login URL < var/admin.key)\n"
+
+
+def test_login_with_stdin_closed_says_no_key_was_given(config_home: Path) -> None:
+    taas = Path(sys.executable).parent / "taas"
+    result = subprocess.run(
+        [str(taas), "login", "http://127.0.0.1:9"],
+        preexec_fn=lambda: os.close(0),  # Python then starts with sys.stdin None
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "XDG_CONFIG_HOME": str(config_home)},
+    )
+
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: no key given")

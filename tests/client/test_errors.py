@@ -110,9 +110,8 @@ def test_login_without_a_key_and_nothing_piped_in_names_both_ways(taas: Callable
 
 def test_login_with_stdin_closed_says_no_key_was_given(config_home: Path) -> None:
     taas = Path(sys.executable).parent / "taas"
-    result = subprocess.run(
-        [str(taas), "login", "http://127.0.0.1:9"],
-        preexec_fn=lambda: os.close(0),  # Python then starts with sys.stdin None
+    result = subprocess.run(  # `<&-`: Python then starts with sys.stdin None
+        ["sh", "-c", f'exec "{taas}" login http://127.0.0.1:9 <&-'],
         capture_output=True,
         text=True,
         timeout=60,

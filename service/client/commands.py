@@ -77,12 +77,12 @@ def _key_from_stdin() -> str:
     if sys.stdin is None:  # started with its stdin closed
         key = ""
     elif sys.stdin.isatty():
-        key = typer.prompt("API key", hide_input=True)
+        key = typer.prompt("API key", hide_input=True).strip()
     else:
-        key = sys.stdin.readline()
-    if not key.strip():
+        key = sys.stdin.readline().strip()
+    if not key:
         raise ClientError("no key given: pass KEY, or pipe it in (taas login URL < var/admin.key)")
-    return key.strip()
+    return key
 
 
 @_one_line_errors

@@ -6,9 +6,10 @@
                   as the API records them. The wake-up
                   message goes to ``settings.redis_url``; with none set (the default here) no
                   message is sent and the job just waits, queued, for ``run_training_job``.
-``start_workers`` ``start_workers(settings, count=1) -> list[Popen]``: real ``python -m workers``
-                  processes on ``settings`` (its broker, database and artifact store), logging
-                  to ``worker-<i>.log`` in the test's temp dir; stopped (SIGTERM) after the test.
+``start_workers`` ``start_workers(settings, count=1, **TAAS_env) -> list[Popen]``: real
+                  ``python -m workers`` processes on ``settings`` (its broker, database, artifact
+                  store and fold count), logging to ``worker-<i>.log`` in the test's temp dir;
+                  stopped (SIGTERM) after the test.
 """
 
 from __future__ import annotations
@@ -114,6 +115,12 @@ def queue_job(session: Session, worker_settings: Settings, tmp_path: Path) -> Ca
     return make
 
 
+def _cross_fit_env(settings: Settings) -> dict[str, str]:
+    """``settings``' fold count for the worker's environment (the test settings turn folds off)."""
+    folds = settings.cross_fit_folds
+    return {} if folds is None else {"TAAS_CROSS_FIT_FOLDS": str(folds)}
+
+
 @pytest.fixture
 def start_workers(tmp_path: Path) -> Iterator[Callable[..., list[subprocess.Popen[bytes]]]]:
     """Start real worker processes; each is terminated (then killed) when the test ends."""
@@ -126,6 +133,7 @@ def start_workers(tmp_path: Path) -> Iterator[Callable[..., list[subprocess.Pope
             "TAAS_REDIS_URL": settings.require_redis_url(),
             "TAAS_DATA_DIR": str(settings.data_dir),
             "TAAS_ARTIFACTS_DIR": str(settings.resolved_artifacts_dir()),
+            **_cross_fit_env(settings),
             **env,
         }
         batch = []

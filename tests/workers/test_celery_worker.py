@@ -136,7 +136,9 @@ def test_a_tenant_holding_both_slots_gives_one_to_a_tenant_that_arrives(
     session: Session,
     wait_until: Callable[..., Any],
 ) -> None:
-    settings = settings_factory(redis_url=broker)
+    # the small data's five fold models make each job about six times longer (some 10 s), so
+    # that A's two jobs are surely still training when B's arrives
+    settings = settings_factory(redis_url=broker, cross_fit_folds=5)
     start_workers(settings, 2, TAAS_LEARNERS="1", TAAS_HEARTBEAT_SECONDS="0.5")
     first = queue_job(intents_csv, settings)
     a_jobs = [first.job_id, queue_job(intents_csv, settings, first.tenant_id).job_id]

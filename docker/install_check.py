@@ -87,9 +87,20 @@ def pip_lines(dockerfile: Path) -> list[str]:
     return [args for kind, args in build_stage(dockerfile).steps if kind == "RUN"]
 
 
+def replayed(dockerfile: Path) -> BuildStage:
+    """The build stage as :func:`replay` runs it: the pytorch.org index options dropped from its
+    ``RUN`` lines. Two Dockerfiles with equal replays check the same install here."""
+    stage = build_stage(dockerfile)
+    steps = [
+        (kind, PYTORCH_INDEX.sub("", " " + args).strip() if kind == "RUN" else args)
+        for kind, args in stage.steps
+    ]
+    return BuildStage(stage.workdir, steps)
+
+
 def replay(dockerfile: Path, root: Path, *, timeout: float = 900.0) -> dict[str, float]:
     """Replay the build stage's Python install under ``root``; returns timings in seconds."""
-    stage = build_stage(dockerfile)
+    stage = replayed(dockerfile)
     venv = root / "opt" / "taas"
     app = root / stage.workdir.lstrip("/")
     app.mkdir(parents=True, exist_ok=True)
@@ -128,7 +139,7 @@ def replay(dockerfile: Path, root: Path, *, timeout: float = 900.0) -> dict[str,
                     )
                     shutil.copy2(path, target / path.name if dest.endswith("/") else target)
             continue
-        command = PYTORCH_INDEX.sub("", " " + args).strip().replace(VENV_IN_IMAGE, str(venv))
+        command = args.replace(VENV_IN_IMAGE, str(venv))
         begun = time.monotonic()
         run = subprocess.run(
             ["sh", "-ec", command], cwd=app, env=env, capture_output=True, text=True, timeout=timeout

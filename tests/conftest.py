@@ -63,6 +63,13 @@ ADMIN_KEY = "test-admin-key-0123456789"
 T = TypeVar("T")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every end-to-end test starts `taas up` (seconds before its first request): it is slow."""
+    for item in items:
+        if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 def migrate(url: str) -> None:
     """Bring the database at ``url`` to the newest Alembic revision (``alembic upgrade head``)."""
     config = Config(str(REPO_ROOT / "alembic.ini"))

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -35,6 +37,7 @@ def test_import_layers_are_kept() -> None:
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+@pytest.mark.slow
 def test_mypy_finds_no_type_errors() -> None:
     # [tool.mypy] in pyproject.toml: service, workers and trainer, with the pydantic plugin
     run = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True)

@@ -106,6 +106,7 @@ def _classify_until_swept(
     assert not copy.exists(), "serving a loaded model reads no file"
 
 
+@pytest.mark.slow
 def test_worker_nodes_resume_and_serve_through_s3_only(
     client: TestClient,
     tenant: TenantHandle,

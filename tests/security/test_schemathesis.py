@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import hypothesis
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given
 from hypothesis.errors import Unsatisfiable
@@ -30,6 +31,8 @@ from schemathesis.specs.openapi.checks import (
 from service.app import create_app
 from service.settings import Settings
 from tests.conftest import ADMIN_KEY
+
+pytestmark = pytest.mark.slow
 
 EXAMPLES_PER_OPERATION = 20
 CHECKS = [

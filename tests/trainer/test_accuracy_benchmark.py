@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from benchmark_runs import run_benchmark
 from synthetic import synthetic_data, write_csv
 
 ISSUE_FIELDS = {"dataset", "system", "accuracy", "macro_f1", "ece", "train_s", "model_bytes"}
 
 
+@pytest.mark.slow
 def test_json_lines_name_each_system_and_pair_the_peers_with_taas(tmp_path: Path) -> None:
     folder = tmp_path / "tiny-intents"
     folder.mkdir()

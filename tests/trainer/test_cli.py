@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from synthetic import synthetic_data, write_csv
 
@@ -16,6 +17,7 @@ from trainer.hparams import HParams
 from trainer.inference import WEIGHTS_FILE
 
 
+@pytest.mark.slow
 def test_fit_then_eval_round_trip(tmp_path: Path) -> None:
     train_csv = write_csv(tmp_path / "train.csv", synthetic_data(15, seed=1))
     test_csv = write_csv(tmp_path / "test.csv", synthetic_data(5, seed=2))
@@ -73,6 +75,7 @@ train(read_labelled_csv(Path(sys.argv[1])), workdir=Path(sys.argv[2]), out_dir=P
 """
 
 
+@pytest.mark.slow
 def test_sigkilled_training_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
     data = synthetic_data(20)
     csv_path = write_csv(tmp_path / "train.csv", data)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from benchmark_runs import run_benchmark
 from synthetic import synthetic_data, write_csv
 
 
+@pytest.mark.slow
 def test_each_class_in_turn_is_cut_and_every_system_is_reported(tmp_path: Path) -> None:
     folder = tmp_path / "tiny-intents"
     folder.mkdir()

@@ -4,9 +4,11 @@ the model started at a saddle and early stopping saw no better accuracy in time.
 
 from __future__ import annotations
 
+import pytest
 from benchmark_runs import run_benchmark
 
 
+@pytest.mark.slow
 def test_250_classes_of_6_rows_each_are_learned() -> None:
     row = run_benchmark("many_classes.py", "250x6")[-1]
 

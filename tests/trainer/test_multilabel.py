@@ -384,6 +384,7 @@ def test_a_single_label_model_keeps_its_format_and_predicts_its_top_class(
 # --- the CLI ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fit_and_eval_in_multi_label_mode(tmp_path: Path) -> None:
     examples = keyword_rows(1100, seed=1)
     train_csv = write_csv(tmp_path / "train.csv", examples)

@@ -12,6 +12,7 @@ import torch
 from benchmark_runs import BENCHMARKS, run_benchmark
 
 
+@pytest.mark.slow
 def test_the_report_gives_each_modes_rate_and_the_apply_roles_busy_share() -> None:
     (report,) = run_benchmark(
         "ps_bench.py", "--json", "--learners", "2", "--models", "sparse", "--batches", "4",

@@ -33,6 +33,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("learners", [1, 2, 3])  # 3: a striped server
 def test_a_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path: Path, learners: int) -> None:
     data = synthetic_data(40)

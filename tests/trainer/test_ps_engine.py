@@ -70,6 +70,7 @@ def test_learners_apply_every_pushed_gradient_exactly_once_within_the_bound(
     assert result.metrics["accuracy"] >= 0.9  # type: ignore[operator]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("bound", "learners"), [(None, 2), (0, 2), (None, 3)])
 def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
     tmp_path: Path, small_data: LabelledData, fixed_plan: HParams, bound: int | None, learners: int
@@ -100,6 +101,7 @@ def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
     assert result.ps["applied"] == result.ps["pushed"] == expected
 
 
+@pytest.mark.slow
 def test_a_stopped_two_learner_run_resumes_to_the_planned_update_count(
     tmp_path: Path, small_data: LabelledData, fixed_plan: HParams
 ) -> None:

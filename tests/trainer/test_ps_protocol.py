@@ -162,6 +162,7 @@ def _runs(draw: st.DrawFn) -> tuple[int, int, dict[int, tuple[str, int]], random
     return k, n, deaths, random.Random(draw(st.integers(0, 2**32))), bound, stripes
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(_runs())
 def test_every_completed_push_is_applied_exactly_once_within_the_bound_and_no_run_hangs(

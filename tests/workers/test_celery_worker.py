@@ -58,6 +58,7 @@ def _yielded(events: list[JobEvent]) -> list[str]:
     return [e.job_id for e in events if e.kind == "queued" and "holding fewer" in (e.detail or "")]
 
 
+@pytest.mark.slow
 def test_worker_process_trains_a_job_enqueued_by_task_name(
     broker: str,
     settings_factory: Callable[..., Settings],

@@ -115,6 +115,7 @@ def test_worker_shutting_down_releases_its_lease_and_the_next_one_finishes(
     assert classifier.status == ClassifierStatus.AVAILABLE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("corrupt", ["recorded", "both kept"])
 def test_a_corrupt_checkpoint_falls_back_to_the_one_before_or_to_the_start(
     queue_job: Callable[..., Any],

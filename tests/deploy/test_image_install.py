@@ -19,9 +19,10 @@ pytestmark = pytest.mark.slow
 
 def _distinct_replays() -> list[list[Path]]:
     """The Dockerfiles grouped by their replayed build stage, in DOCKERFILES' order."""
-    groups: dict[str, list[Path]] = {}
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[Path]] = {}
     for dockerfile in DOCKERFILES:
-        groups.setdefault(repr(install_check.replayed(dockerfile)), []).append(dockerfile)
+        stage = install_check.replayed(dockerfile)
+        groups.setdefault((stage.workdir, tuple(stage.steps)), []).append(dockerfile)
     return list(groups.values())
 
 

@@ -2,7 +2,7 @@
 its CUDA-graph replay, ../shared/PERFORMANCE.md's bar for the engine on CUDA.
 
     python benchmarks/ps_cuda_bench.py [--json] [--learners 4] [--seconds 2] [--batches 1,16,256]
-                                       [--models sparse,dense] [--modes single,graph,ps]
+                                       [--models sparse,dense] [--modes single,graph,ps,ps-graph]
 
 The models and synthetic batches are ps_bench.py's (``sparse``: the production TextClassifier,
 EmbeddingBag 1 M x 128 -> 150 classes, bags of 24 ids; ``dense``: the MLP 1024-2048-2048-150),
@@ -14,7 +14,12 @@ plain SGD at ps_bench's learning rate, every batch already in device memory:
               next batch into the captured inputs;
 * ``ps``      K learner threads, each on its own stream, on a ParameterServer whose tensors
               are in device memory: what the engine runs on CUDA (trainer.ps.cuda), every
-              gradient applied exactly once.
+              gradient applied exactly once (the engine's path under Adam);
+* ``ps-graph`` what the engine runs on CUDA under SGD (trainer.ps.graph): one learner whose
+              mini-batches replay 16 at a time as CUDA graphs, the sparse model only (the
+              production TextClassifier), fed like a training job: a shard of rows in host
+              memory (bags of 24 ids), each chunk packed on the host and copied in, every
+              gradient applied exactly once, checked at the end.
 
 Each mode warms up, then runs for ``--seconds``; samples/s counts the steps finished in that
 window (the device synchronised at both ends). Without CUDA it says so and exits 2.
@@ -31,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -40,13 +46,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ps_bench import (  # noqa: E402
     IDS_PER_EXAMPLE,
     LR,
+    SPARSE,
     build_model,
     learner_task,
     make_batches,
     server_params,
 )
 
-from trainer.ps.learner import Learner  # noqa: E402
+from trainer.features import Bags  # noqa: E402
+from trainer.ps import counters as C  # noqa: E402
+from trainer.ps.graph import GraphPool  # noqa: E402
+from trainer.ps.learner import Learner, ShardData  # noqa: E402
 from trainer.ps.server import OptimizerConfig, ParameterServer  # noqa: E402
 from trainer.step import Batch  # noqa: E402
 
@@ -193,6 +203,46 @@ def run_ps(
     return sum(counts) / elapsed, {"apply_busy": round(stats.apply_s / max(elapsed, 1e-9), 3)}
 
 
+def run_ps_graph(batch: int, seconds: float, device: torch.device) -> float:
+    """Steps/s of the graph learner on the sparse model: rounds over a synthetic shard (as
+    many rows as 64 steps, at least 4,096) until ``seconds`` have passed, after a warm-up
+    round that captures its graphs."""
+    rows = max(4096, 64 * batch)
+    gen = np.random.default_rng(batch)
+    bags = Bags(
+        gen.integers(0, SPARSE.rows, rows * IDS_PER_EXAMPLE),
+        np.full(rows * IDS_PER_EXAMPLE, 1.0 / IDS_PER_EXAMPLE, dtype=np.float32),
+        np.arange(0, rows * IDS_PER_EXAMPLE, IDS_PER_EXAMPLE),
+    )
+    data = ShardData.of(bags, gen.integers(0, SPARSE.classes, rows), shared=False)
+    ps = ParameterServer.create(
+        server_params("sparse", build_model("sparse", 0)),
+        OptimizerConfig(kind="sgd", lr=LR),
+        1,
+        batch * IDS_PER_EXAMPLE,
+        shared=False,
+        device=device,
+    )
+    pool = GraphPool(ps, data, batch, seed=0, device=device)
+
+    def until(deadline: float) -> Callable[[], bool]:
+        return lambda: time.perf_counter() >= deadline
+
+    epoch, positions = 1, [0]
+    warm = pool.run_round(epoch, positions, until(time.perf_counter() + 0.2))
+    epoch, positions = (epoch + 1, [0]) if warm.done[0] else (epoch, warm.positions)
+    steps = ps.version()
+    start = time.perf_counter()
+    deadline = start + seconds
+    while time.perf_counter() < deadline:
+        result = pool.run_round(epoch, positions, until(deadline))
+        epoch, positions = (epoch + 1, [0]) if result.done[0] else (epoch, result.positions)
+    elapsed = time.perf_counter() - start
+    stats = ps.stats()
+    assert stats.applied == stats.pushed == ps.version() == ps.counters.learner(0)[C.STEPS], stats
+    return (ps.version() - steps) / elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -200,7 +250,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per mode")
     parser.add_argument("--batches", default="1,16,256")
     parser.add_argument("--models", default="sparse,dense")
-    parser.add_argument("--modes", default="single,graph,ps")
+    parser.add_argument("--modes", default="single,graph,ps,ps-graph")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("ps_cuda_bench: no CUDA device here", file=sys.stderr)
@@ -212,12 +262,16 @@ def main() -> None:
             pools = [[b.to(device) for b in make_batches(kind, batch, 100 + r)] for r in range(args.learners)]
             for mode in args.modes.split(","):
                 extra: dict[str, Any] = {}
+                if mode == "ps-graph" and kind != "sparse":
+                    continue  # the graph learner trains the production model only
                 if mode == "single":
                     rate = run_single(kind, pools[0], args.seconds, device)
                 elif mode == "graph":
                     rate = run_graph(kind, pools[0], args.seconds, device)
                 elif mode == "ps":
                     rate, extra = run_ps(kind, batch, pools, args.seconds, device)
+                elif mode == "ps-graph":
+                    rate = run_ps_graph(batch, args.seconds, device)
                 else:
                     parser.error(f"unknown mode {mode!r}")
                 row = {"model": kind, "mode": mode, "batch": batch, "samples_per_s": round(rate * batch, 1)}

@@ -63,7 +63,8 @@ from trainer.inference import LoadedModel, bag_tensors, save_model
 from trainer.model import ModelConfig, TextClassifier
 from trainer.progress import Progress, ProgressReporter
 from trainer.ps import counters as C
-from trainer.ps.cuda import PER_GPU_LEARNERS, StreamPool
+from trainer.ps.cuda import StreamPool, cuda_learners
+from trainer.ps.graph import GraphPool
 from trainer.ps.learner import ShardData
 from trainer.ps.pool import InProcessPool, ProcessPool, RoundResult, SuspectState
 from trainer.ps.server import OptimizerConfig, ParameterServer
@@ -413,8 +414,10 @@ def train(
     NonFiniteLoss, CheckpointCorrupt (checkpoint files exist, none usable), TrainerError
     (learners < 0, the workdir's checkpoint is of other data, learners kept dying, no CUDA).
 
-    ``device``: "cpu", "cuda" (learners are CUDA streams of this process sharing one GPU,
-    trainer.ps.cuda; untested on hardware) or "auto" (CUDA when available).
+    ``device``: "cpu", "cuda" or "auto" (CUDA when available). On CUDA, one SGD learner
+    replays its steps as CUDA graphs, 16 a chunk (trainer.ps.graph; ``learners=0`` means this
+    one, and a stop is seen between chunks); Adam, or K > 1 asked for, runs K learners as
+    CUDA streams of this process sharing one GPU (trainer.ps.cuda).
     """
     if learners < 0:
         raise TrainerError(f"learners={learners}: must be 0 (auto) or more")
@@ -487,10 +490,10 @@ def _train(
 
     if not learners:  # auto; the plan's exact steps per epoch are known only after the split
         steps = math.ceil(len(data) * (1 - hparams.validation_fraction) / hparams.batch_size)
-        learners = PER_GPU_LEARNERS if on_cuda else auto_learners(steps)
+        learners = cuda_learners(hparams.optimizer) if on_cuda else auto_learners(steps)
     # Learner processes start now, so their start-up overlaps featurisation.
     processes = ProcessPool(learners, default_stripes(learners)) if learners > 1 and not on_cuda else None
-    pool: InProcessPool | ProcessPool | StreamPool | None = processes
+    pool: InProcessPool | ProcessPool | StreamPool | GraphPool | None = processes
     try:
         early = ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, learners)
         early.report("preparing", epoch=1, step=0, loss=None, checkpoints=0, resumed=0)
@@ -536,6 +539,10 @@ def _train(
         )
         if processes is not None:
             processes.start(ps, task(), data_tensors, hparams.batch_size, state.seed)
+        elif on_cuda and learners == 1 and optimizer.kind == "sgd":
+            pool = GraphPool(
+                ps, data_tensors, hparams.batch_size, state.seed, device, class_weights=prepared.class_weights
+            )
         elif on_cuda:
             pool = StreamPool(ps, task, data_tensors, hparams.batch_size, state.seed, device)
         else:
@@ -611,7 +618,7 @@ class _Session:
     def __init__(
         self,
         ps: ParameterServer,
-        pool: InProcessPool | ProcessPool | StreamPool,
+        pool: InProcessPool | ProcessPool | StreamPool | GraphPool,
         state: _LoopState,
         hparams: HParams,
         prepared: _Prepared,

@@ -29,7 +29,8 @@ from service.queue import TRAINING_QUEUE
 from service.settings import Settings, get_settings
 from service.worker_registry import WorkerInfo, WorkerRegistry, connect
 from trainer.engine import default_learners
-from trainer.ps.cuda import PER_GPU_LEARNERS
+from trainer.hparams import DEFAULT_HPARAMS
+from trainer.ps.cuda import cuda_learners
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ def worker_identity() -> str:
 def describe(settings: Settings) -> WorkerInfo:
     """This process's registry entry, idle, as of now."""
     device = _device(settings.device)
-    learners = settings.learners or (PER_GPU_LEARNERS if device.startswith("cuda:") else default_learners())
+    auto = cuda_learners(DEFAULT_HPARAMS.optimizer) if device.startswith("cuda:") else default_learners()
+    learners = settings.learners or auto
     now = time.time()
     return WorkerInfo(
         worker_id=worker_identity(),

@@ -1,15 +1,19 @@
-"""The CUDA path: learners as streams of one process sharing the GPU. Skipped without CUDA."""
+"""The CUDA path: one learner replaying CUDA graphs (SGD), or learners as streams of one
+process sharing the GPU (Adam, or K > 1 asked for). Skipped without CUDA."""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from trainer.data import LabelledData
 from trainer.engine import train
+from trainer.errors import TrainingStopped
 from trainer.hparams import HParams
 from trainer.inference import LoadedModel
 from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer
@@ -35,8 +39,57 @@ def test_cuda_learners_apply_every_pushed_gradient_once_and_the_model_loads_on_c
     )
     assert result.learners == learners
     assert result.ps["applied"] == result.ps["pushed"] == result.applied_updates
+    if learners == 1:  # the graph learner: every gradient direct, at staleness 0
+        histogram = result.ps["staleness_histogram"]
+        assert result.ps["direct"] == histogram[0] == result.applied_updates  # type: ignore[index]
     assert result.metrics["accuracy"] >= 0.9  # type: ignore[operator]
     assert LoadedModel.load(tmp_path / "m").classify(["play a jazz song"])[0][0][0] == "music"
+
+
+def test_auto_learners_on_cuda_are_one_graph_learner_under_sgd_and_streams_under_adam(
+    tmp_path: Path, small_data: LabelledData
+) -> None:
+    base = HParams(batch_size=4, min_updates=0, max_epochs=2, min_validation_rows=10**9, cross_fit_folds=0)
+    for optimizer, expected in (("sgd", 1), ("adam", 4)):
+        result = train(
+            small_data,
+            workdir=tmp_path / optimizer,
+            out_dir=tmp_path / f"m-{optimizer}",
+            hparams=replace(base, optimizer=optimizer),
+            learners=0,
+            device="cuda",
+        )
+        assert result.learners == expected
+
+
+def test_a_stopped_cuda_job_resumes_to_the_model_of_an_uninterrupted_one(
+    tmp_path: Path, small_data: LabelledData
+) -> None:
+    """Graph learner: the stop is seen between chunks, the checkpoint holds the device's
+    parameters, and the resumed job ends where the uninterrupted one does."""
+    hparams = HParams(batch_size=4, min_updates=0, max_epochs=6, min_validation_rows=10**9, cross_fit_folds=0)
+    whole = train(
+        small_data, workdir=tmp_path / "w1", out_dir=tmp_path / "m1", hparams=hparams, device="cuda"
+    )
+    ticks = iter(range(10**6))
+    with pytest.raises(TrainingStopped):
+        train(
+            small_data,
+            workdir=tmp_path / "w2",
+            out_dir=tmp_path / "m2",
+            hparams=hparams,
+            device="cuda",
+            should_stop=lambda: next(ticks) >= 3,
+        )
+    resumed = train(
+        small_data, workdir=tmp_path / "w2", out_dir=tmp_path / "m2", hparams=hparams, device="cuda"
+    )
+
+    assert resumed.resumed == 1
+    assert resumed.applied_updates == whole.applied_updates == resumed.ps["applied"]
+    texts = ["play a jazz song", "what is the weather", "book a table", "turn it up"]
+    expected = LoadedModel.load(tmp_path / "m1").probabilities(texts)
+    np.testing.assert_allclose(LoadedModel.load(tmp_path / "m2").probabilities(texts), expected, atol=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
@@ -85,6 +138,7 @@ def test_the_cuda_benchmark_reports_every_mode_side_by_side() -> None:
         "ps_cuda_bench.py", "--json", "--learners", "2", "--batches", "4", "--seconds", "0.2"
     )
     rows = {(row["model"], row["mode"]): row for row in report["results"]}
-    assert set(rows) == {(m, mode) for m in ("sparse", "dense") for mode in ("single", "graph", "ps")}
+    modes = {(m, mode) for m in ("sparse", "dense") for mode in ("single", "graph", "ps")}
+    assert set(rows) == modes | {("sparse", "ps-graph")}  # the graph learner: the production model
     assert all(row["samples_per_s"] > 0 for row in rows.values())
     assert all(0 <= rows[(m, "ps")]["apply_busy"] <= 1 for m in ("sparse", "dense"))

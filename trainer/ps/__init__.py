@@ -3,7 +3,8 @@
 ``server``: parameters and optimizer state once in shared memory, the apply role, push and
 drain; ``slots``: the bounded gradient slot ring and its state machine; ``counters``: the
 shared counters; ``learner``: one learner's step and its process; ``pool``: the K learners
-of a session, driven in rounds.
+of a session, driven in rounds; ``stripes``: landing in parallel; ``cuda``: learners as CUDA
+streams; ``graph``: one CUDA learner replaying its steps as CUDA graphs.
 """
 
 from trainer.ps.counters import PSStats

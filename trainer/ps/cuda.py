@@ -13,6 +13,9 @@ Against ../shared/PERFORMANCE.md's CUDA bar (one process replaying its step as a
 this path reaches 0.10-0.27 x at batch <= 16 on an H200, about one plain loop; K = 4 streams
 measured best of 1, 2, 4 and 8 (benchmarks/ps_cuda_bench.py, docs/benchmarks.md). The host
 is the limit: the learners' Python runs one thread at a time, and each step reads its loss.
+So under SGD (the default) the engine runs one learner as CUDA graphs instead
+(trainer.ps.graph); these streams serve Adam, whose lazy row update a graph cannot hold (its
+rows are made unique, a size known only on the host), and K > 1 asked for by name.
 """
 
 from __future__ import annotations
@@ -28,7 +31,12 @@ from trainer.ps.learner import Learner, ShardData, Task, run_shard
 from trainer.ps.pool import RoundResult, _collect, _losses_tensor
 from trainer.ps.server import ParameterServer, Stopped
 
-PER_GPU_LEARNERS = 4  # K for learners=0 on CUDA: streams per GPU
+PER_GPU_LEARNERS = 4  # streams per GPU for learners=0 under Adam
+
+
+def cuda_learners(optimizer: str) -> int:
+    """K for learners=0 on CUDA: one graph learner under SGD (trainer.ps.graph), else streams."""
+    return 1 if optimizer == "sgd" else PER_GPU_LEARNERS
 
 
 class StreamPool:

@@ -151,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--device",
         choices=("cpu", "cuda", "auto"),
         default="cpu",
-        help="cpu (default), or cuda: learners as CUDA streams sharing one GPU (untested on hardware)",
+        help="cpu (default), or cuda: one learner replaying its steps as CUDA graphs (under Adam, or "
+        "with K > 1, K learners as CUDA streams sharing one GPU)",
     )
     fit.add_argument(
         "--multi-label",

@@ -28,7 +28,7 @@ class WorkerInfo:
     host: str
     pid: int
     device: str  # "cpu", or "cuda:N <GPU name>"
-    learners: int  # K, the most learner processes (or CUDA streams) one of its jobs uses
+    learners: int  # K, the most learner processes (or CUDA learners) one of its jobs uses
     job_id: str | None  # the job it is training now; None while idle
     started_at: float
     last_heartbeat: float

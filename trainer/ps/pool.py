@@ -9,7 +9,8 @@ equals the position after its last applied gradient: the state is consistent at 
 ``InProcessPool`` (K = 1) runs the single learner in the caller's process (no spawn, no
 copy of anything: the plain loop's speed); ``ProcessPool`` (K > 1) spawns K learner
 processes once per session, before the data is featurised, and drives them through
-go/parked semaphores; ``trainer.ps.cuda.StreamPool`` runs them as CUDA streams.
+go/parked semaphores; ``trainer.ps.cuda.StreamPool`` runs them as CUDA streams, and
+``trainer.ps.graph.GraphPool`` runs one CUDA learner as CUDA graphs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Featurisation speed: Featurizer.transform against the pre-optimisation algorithm.
+"""Featurisation speed: Featurizer.transform and Featurizer.fit against their earlier algorithms.
 
     python benchmarks/featurize_bench.py [DATASET_DIR] [--rounds 15]
 
@@ -11,8 +11,13 @@ n-gram and per token Python with a numpy call for every cache miss. Both run sid
 in one process, rounds interleaved; a figure is the best round's mean microseconds per text
 (the least disturbed by other load on the machine). Both must give identical bags first.
 
-Prints one JSON object: ``results``, one entry per (impl, batch, cache), and ``speedup``,
-baseline time over new time per (batch, cache).
+``fit`` is timed on DATASET_DIR/train.csv against the counting of document frequencies as
+it was before the eighteenth session (``baseline_document_frequency``, below), best of up
+to 3 interleaved rounds; both must give the same buckets and IDF first.
+
+Prints one JSON object: ``results``, one entry per (impl, batch, cache), ``speedup``,
+baseline time over new time per (batch, cache), and ``fit``: the texts, both times and
+their ratio.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import gc
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -38,7 +44,9 @@ from trainer.features import (
     _char_grams,
     _fold,
     _split_unicode,
+    _word_grams,
     stable_hash,
+    tokenize,
 )
 from trainer.hparams import DEFAULT_HPARAMS
 
@@ -106,6 +114,49 @@ class Baseline:
         weights = (weights / norms[segment]).astype(np.float32)
         offsets = np.searchsorted(segment, np.arange(0, len(texts) * _GROUPS, _GROUPS, dtype=np.int64))
         return Bags(rows, weights, offsets)
+
+
+def baseline_document_frequency(texts: Sequence[str], config: FeaturizerConfig) -> np.ndarray:
+    """Featurizer.fit's counting before the eighteenth session (for comparison only): per text a
+    Counter of its n-grams, each distinct n-gram of a 64-text chunk hashed once, and
+    ``np.add.at`` on the table of document frequencies."""
+    df = np.zeros(config.buckets, dtype=np.int32)
+    for start in range(0, len(texts), 64):
+        hashed: dict[tuple[int, str], int] = {}
+        pairs: list[int] = []
+        for index, text in enumerate(texts[start : start + 64]):
+            words, tokens = tokenize(text)
+            chars: Counter[str] = Counter()
+            for token in tokens:
+                chars.update(_char_grams(token, config))
+            for group, counts in enumerate((Counter(_word_grams(words, config)), chars)):
+                for gram in counts:
+                    bucket = hashed.get((group, gram))
+                    if bucket is None:
+                        bucket = hashed[group, gram] = stable_hash(gram, group) % config.buckets
+                    pairs.append(index * config.buckets + bucket)
+        np.add.at(df, np.unique(np.asarray(pairs, dtype=np.int64)) % config.buckets, 1)
+    return df
+
+
+def _fit_times(texts: list[str], config: FeaturizerConfig, rounds: int) -> dict[str, float]:
+    """Best seconds of Featurizer.fit and of the baseline's fit, rounds interleaved."""
+    fits: dict[str, Callable[[], Featurizer]] = {
+        "new": lambda: Featurizer.fit(texts, config),
+        "baseline": lambda: Featurizer.of_document_frequency(
+            baseline_document_frequency(texts, config), len(texts), config
+        ),
+    }
+    new, baseline = fits["new"](), fits["baseline"]()
+    if not (np.array_equal(new.buckets, baseline.buckets) and np.array_equal(new.idf, baseline.idf)):
+        raise SystemExit("fit disagrees with the baseline")
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for impl, fit in fits.items():
+            start = time.perf_counter()
+            fit()
+            best[impl] = min(best.get(impl, float("inf")), time.perf_counter() - start)
+    return best
 
 
 Transform = Callable[[Sequence[str]], Bags]
@@ -185,7 +236,8 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; the best one counts")
     args = parser.parse_args()
-    fitted = Featurizer.fit(read_labelled_csv(args.dataset / "train.csv").texts, _served_config())
+    train_texts = read_labelled_csv(args.dataset / "train.csv").texts
+    fitted = Featurizer.fit(train_texts, _served_config())
     texts = read_labelled_csv(args.dataset / "test.csv").texts
     random.Random(0).shuffle(texts)
     implementations = _implementations(fitted)
@@ -200,7 +252,14 @@ def main() -> None:
         for (impl, size, cache) in best
         if impl == "new"
     }
-    print(json.dumps({"results": results, "speedup": speedup}))
+    fit = _fit_times(train_texts, _served_config(), min(args.rounds, 3))
+    fit_report = {
+        "texts": len(train_texts),
+        "new_s": round(fit["new"], 3),
+        "baseline_s": round(fit["baseline"], 3),
+        "speedup": round(fit["baseline"] / fit["new"], 2),
+    }
+    print(json.dumps({"results": results, "speedup": speedup, "fit": fit_report}))
 
 
 if __name__ == "__main__":

@@ -35,9 +35,9 @@ from __future__ import annotations
 import re
 import unicodedata
 import zlib
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from itertools import pairwise
 
 import numpy as np
@@ -73,7 +73,9 @@ _ROW_BYTES = 4  # rows travel as int32 bytes
 # n-gram strings are held meanwhile, and a text of one 1,000-letter word has 4,000 of them:
 # at 1,024 texts a chunk, transforming 2,048 such texts peaked 190 MB higher (and no faster).
 _CHUNK = 256
-_FIT_CHUNK = 64  # fit keeps each distinct n-gram's hash besides: 64 texts took 135 MB less than 256
+_FIT_CHUNK = 64  # texts fit counts at once: 2,000 texts of one 1,000-letter word peak 135 MB higher
+# n-gram hashes fit keeps across its chunks (int64 each: 8 MB), then empties
+_FIT_CACHE_LIMIT = 1 << 20
 # Joins a batch for one normalisation: NFKC and lower() keep it, never merge it with its
 # neighbours (a starter that composes with nothing) and it is neither cased nor case-ignorable,
 # so Σ's final form is chosen as at the end of a text.
@@ -187,38 +189,69 @@ def _char_grams(token: str, config: FeaturizerConfig) -> list[str]:
     ]
 
 
-def _grams(text: str, config: FeaturizerConfig) -> tuple[Counter[str], Counter[str]]:
-    words, tokens = tokenize(text)
-    chars: Counter[str] = Counter()
-    for token in tokens:
-        chars.update(_char_grams(token, config))
-    return Counter(_word_grams(words, config)), chars
+@dataclass
+class _FitHashes:
+    """The hashes fit keeps across its chunks of texts: word n-gram -> bucket, and token -> its
+    character n-grams' buckets (tokens repeat far more than texts do). Emptied once they hold
+    _FIT_CACHE_LIMIT n-grams, so that a corpus of distinct long tokens cannot grow them."""
+
+    words: dict[str, int] = field(default_factory=dict)
+    tokens: dict[str, np.ndarray] = field(default_factory=dict)
+    size: int = 0
+
+    def buckets(self, texts: Sequence[str], config: FeaturizerConfig) -> tuple[np.ndarray, np.ndarray]:
+        """(text index, bucket) of every n-gram of every text, repeats included: word n-grams
+        hashed in group 0, character n-grams in group 1. A token's n-grams are held as strings
+        only while it is hashed."""
+        if self.size > _FIT_CACHE_LIMIT:
+            self.words.clear()
+            self.tokens.clear()
+            self.size = 0
+        tokenized = _tokenize_all(texts)
+        word_grams = [_word_grams(words, config) for words, _ in tokenized]
+        for gram in dict.fromkeys(gram for grams in word_grams for gram in grams):
+            if gram not in self.words:
+                self.words[gram] = stable_hash(gram, 0) % config.buckets
+                self.size += 1
+        parts: list[np.ndarray] = []
+        lengths: list[int] = []
+        for grams, (_, tokens) in zip(word_grams, tokenized, strict=True):
+            text_parts = [np.fromiter(map(self.words.__getitem__, grams), dtype=np.int64, count=len(grams))]
+            text_parts += map(partial(self._token_buckets, config=config), tokens)
+            parts += text_parts
+            lengths.append(sum(map(len, text_parts)))
+        return np.repeat(np.arange(len(texts)), lengths), np.concatenate(parts)
+
+    def _token_buckets(self, token: str, config: FeaturizerConfig) -> np.ndarray:
+        buckets = self.tokens.get(token)
+        if buckets is None:
+            grams = _char_grams(token, config)
+            hashes = np.fromiter((stable_hash(gram, 1) for gram in grams), dtype=np.int64, count=len(grams))
+            buckets = self.tokens[token] = hashes % config.buckets
+            self.size += len(grams)
+        return buckets
 
 
-def hashed_counts(texts: Sequence[str], config: FeaturizerConfig) -> tuple[np.ndarray, ...]:
-    """Flat (text index, group, bucket, count) arrays of every distinct n-gram of every text."""
-    cache: dict[tuple[int, str], int] = {}
-    text_index: list[int] = []
-    group_of: list[int] = []
-    bucket_of: list[int] = []
-    count_of: list[int] = []
-    for index, text in enumerate(texts):
-        for group, counts in enumerate(_grams(text, config)):
-            for gram, count in counts.items():
-                key = (group, gram)
-                bucket = cache.get(key)
-                if bucket is None:
-                    bucket = cache[key] = stable_hash(gram, group) % config.buckets
-                text_index.append(index)
-                group_of.append(group)
-                bucket_of.append(bucket)
-                count_of.append(count)
-    return (
-        np.asarray(text_index, dtype=np.int64),
-        np.asarray(group_of, dtype=np.int64),
-        np.asarray(bucket_of, dtype=np.int64),
-        np.asarray(count_of, dtype=np.float32),
-    )
+def _document_frequency(
+    text_index: np.ndarray, bucket: np.ndarray, buckets: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The buckets present and how many texts hold each, from _fit_buckets's pairs: two sorts
+    (``np.add.at`` on the 16 M-bucket table was ten times slower)."""
+    keys = text_index * buckets + bucket
+    keys.sort()
+    present = _run_starts(keys)
+    held = keys[present] % buckets  # each (text, bucket) once
+    held.sort()
+    starts = _run_starts(held)
+    return held[starts], np.diff(np.append(starts, len(held)))
+
+
+def _run_starts(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted array starts."""
+    change = np.empty(len(ordered), dtype=bool)
+    change[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=change[1:])
+    return np.flatnonzero(change)
 
 
 class Featurizer:
@@ -242,16 +275,25 @@ class Featurizer:
         # document frequency per bucket, counted a chunk of texts at a time: the n-grams of all
         # texts at once, as Python objects, took 630 MB for 2,000 texts of one 1,000-letter word
         df = np.zeros(config.buckets, dtype=np.int32)
+        hashes = _FitHashes()
         for start in range(0, len(texts), _FIT_CHUNK):
-            text_index, _, bucket, _ = hashed_counts(texts[start : start + _FIT_CHUNK], config)
-            np.add.at(df, np.unique(text_index * config.buckets + bucket) % config.buckets, 1)
+            text_index, bucket = hashes.buckets(texts[start : start + _FIT_CHUNK], config)
+            present, count = _document_frequency(text_index, bucket, config.buckets)
+            df[present] += count
+        return cls.of_document_frequency(df, len(texts), config)
+
+    @classmethod
+    def of_document_frequency(cls, df: np.ndarray, texts: int, config: FeaturizerConfig) -> Featurizer:
+        """The featurizer of ``texts`` training texts whose buckets' document frequencies are
+        ``df`` (one entry per bucket): the ``max_features`` most frequent buckets, ties to the
+        lower bucket, with their IDF."""
         seen = np.flatnonzero(df)
         df = df[seen]
         if len(seen) > config.max_features:
             keep = np.lexsort((seen, -df))[: config.max_features]
             keep.sort()
             seen, df = seen[keep], df[keep]
-        idf = np.log((1.0 + len(texts)) / (1.0 + df)) + 1.0
+        idf = np.log((1.0 + texts) / (1.0 + df)) + 1.0
         return cls(config, seen, idf.astype(np.float32))
 
     def transform(self, texts: Sequence[str]) -> Bags:

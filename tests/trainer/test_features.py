@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer import features
-from trainer.features import Featurizer, FeaturizerConfig, hashed_counts, tokenize
+from trainer.features import Featurizer, FeaturizerConfig, tokenize
 
 TEXTS = ["Book a table for two tonight!", "Play some jazz, please", "Wird es morgen in München regnen?"]
 
@@ -22,8 +22,8 @@ TEXTS = ["Book a table for two tonight!", "Play some jazz, please", "Wird es mor
 def _buckets_in_fresh_process() -> list[int]:
     code = (
         "import json, sys\n"
-        "from trainer.features import FeaturizerConfig, hashed_counts\n"
-        f"print(json.dumps(hashed_counts({TEXTS!r}, FeaturizerConfig())[2].tolist()))\n"
+        "from trainer.features import Featurizer, FeaturizerConfig\n"
+        f"print(json.dumps(Featurizer.fit({TEXTS!r}, FeaturizerConfig()).buckets.tolist()))\n"
     )
     env = {"PYTHONHASHSEED": "random", "PATH": ""}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
@@ -31,7 +31,7 @@ def _buckets_in_fresh_process() -> list[int]:
 
 
 def test_hashing_is_identical_across_processes_with_random_hash_seeds() -> None:
-    here = hashed_counts(TEXTS, FeaturizerConfig())[2].tolist()
+    here = Featurizer.fit(TEXTS, FeaturizerConfig()).buckets.tolist()
     assert _buckets_in_fresh_process() == here
     assert _buckets_in_fresh_process() == here
 
@@ -60,17 +60,36 @@ def test_select_gathers_bags_in_the_requested_order() -> None:
     assert np.allclose(picked.weights, again.weights)
 
 
-def test_fit_counts_document_frequency_the_same_in_any_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
-    texts = [*TEXTS, "play play jazz", "jazz tonight", "", "book book"] * 3
-    text_index, _, bucket, _ = hashed_counts(texts, FeaturizerConfig())
-    # df by definition: the texts holding each bucket
-    reference = Counter(b for _, b in set(zip(text_index.tolist(), bucket.tolist(), strict=True)))
+def _bucket_counts(text: str, config: FeaturizerConfig) -> list[Counter[int]]:
+    """Per group (word n-grams, then character n-grams), each bucket's count in ``text``, by
+    the definition: every n-gram hashed on its own."""
+    words, tokens = tokenize(text)
+    char_grams = [gram for token in tokens for gram in features._char_grams(token, config)]
+    groups = (features._word_grams(words, config), char_grams)
+    return [
+        Counter(features.stable_hash(gram, group) % config.buckets for gram in grams)
+        for group, grams in enumerate(groups)
+    ]
+
+
+DF_TEXTS = [*TEXTS, "play play jazz", "jazz tonight", "", "book book", "日本語の文 and ٱلْعَرَبِيَّة", "x" * 300]
+DF_TEXTS *= 3
+
+
+@pytest.mark.parametrize("cache_limit", [1 << 20, 0], ids=["cached", "emptied-every-chunk"])
+def test_fit_counts_document_frequency_the_same_in_any_chunking(
+    monkeypatch: pytest.MonkeyPatch, cache_limit: int
+) -> None:
+    config = FeaturizerConfig()
+    # df by definition: the texts holding each bucket, in either group
+    reference = Counter(b for text in DF_TEXTS for b in set().union(*_bucket_counts(text, config)))
+    monkeypatch.setattr(features, "_FIT_CACHE_LIMIT", cache_limit)
     for chunk in (1, 2, 7, 1000):
         monkeypatch.setattr(features, "_FIT_CHUNK", chunk)
-        featurizer = Featurizer.fit(texts, FeaturizerConfig())
+        featurizer = Featurizer.fit(DF_TEXTS, config)
         assert featurizer.buckets.tolist() == sorted(reference)
         df = np.array([reference[b] for b in featurizer.buckets.tolist()])
-        assert np.allclose(featurizer.idf, np.log((1 + len(texts)) / (1 + df)) + 1)
+        assert np.allclose(featurizer.idf, np.log((1 + len(DF_TEXTS)) / (1 + df)) + 1)
 
 
 def test_transform_gives_the_same_bags_in_any_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,13 +107,14 @@ def test_transform_gives_the_same_bags_in_any_chunking(monkeypatch: pytest.Monke
 
 def _reference_vector(featurizer: Featurizer, text: str, table: np.ndarray) -> np.ndarray:
     """A text's bag summed over ``table``, straight from the definition: sublinear TF x IDF, L2 per group."""
-    _, group, bucket, count = hashed_counts([text], featurizer.config)
     total = np.zeros(table.shape[1])
-    for g in (0, 1):
-        rows = np.searchsorted(featurizer.buckets, bucket[group == g])
+    for counts in _bucket_counts(text, featurizer.config):
+        bucket = np.array(list(counts), dtype=np.int64)
+        count = np.array(list(counts.values()), dtype=np.float64)
+        rows = np.searchsorted(featurizer.buckets, bucket)
         known = rows < featurizer.rows
-        known[known] = featurizer.buckets[rows[known]] == bucket[group == g][known]
-        weights = (1 + np.log(count[group == g][known])) * featurizer.idf[rows[known]]
+        known[known] = featurizer.buckets[rows[known]] == bucket[known]
+        weights = (1 + np.log(count[known])) * featurizer.idf[rows[known]]
         if len(weights):
             total += (weights / np.linalg.norm(weights)) @ table[rows[known]]
     return total

@@ -103,7 +103,7 @@ def up(
         supervisor.start("reconciler", [sys.executable, "-m", "workers.reconciler"], env)
         supervisor.start("webhooks", [sys.executable, "-m", "workers.webhook_worker"], env)
         for _ in range(workers):
-            supervisor.start("worker", [sys.executable, "-m", "workers"], env)
+            supervisor.start("worker", [sys.executable, "-m", "workers", "--quiet"], env)  # no banner each
         base = f"http://{_client_host(host)}:{port}"
         supervisor.wait_for_api(base)
         _announce(base, settings, key_file, admin_key if created else None, workers)

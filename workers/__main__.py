@@ -1,4 +1,4 @@
-"""``python -m workers [celery worker options]``: one Celery worker on the training queue.
+"""``python -m workers [--quiet] [celery worker options]``: one Celery worker on the training queue.
 
 The solo pool runs the task in the worker's main process, which must not be a daemon: the
 trainer starts its own learner processes.
@@ -13,11 +13,15 @@ import sys
 from service.queue import TRAINING_QUEUE
 from workers.app import celery_app
 
+_BEFORE_WORKER = ("--quiet", "-q")  # Celery options of its own, not the worker's: no start-up banner
+
 
 def main(argv: list[str] | None = None) -> None:
     """Run the worker until it is told to stop (SIGTERM: finish or checkpoint the job, then exit)."""
+    options = sys.argv[1:] if argv is None else argv
     celery_app.worker_main(
         [
+            *(option for option in options if option in _BEFORE_WORKER),
             "worker",
             "--pool=solo",
             "--concurrency=1",
@@ -26,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
             "--without-gossip",
             "--without-mingle",
             "--loglevel=INFO",
-            *(sys.argv[1:] if argv is None else argv),
+            *(option for option in options if option not in _BEFORE_WORKER),
         ]
     )
 

@@ -101,9 +101,9 @@ def up(
         api_argv = uvicorn_argv("service.app:create_app", host, port, access_log=settings.access_log)
         supervisor.start("api", api_argv, env)
         supervisor.start("reconciler", [sys.executable, "-m", "workers.reconciler"], env)
-        supervisor.start("webhooks", [sys.executable, "-m", "workers.webhook_worker"], env)
+        supervisor.start("webhooks", [sys.executable, "-m", "workers.webhook_worker", "--quiet"], env)
         for _ in range(workers):
-            supervisor.start("worker", [sys.executable, "-m", "workers", "--quiet"], env)  # no banner each
+            supervisor.start("worker", [sys.executable, "-m", "workers", "--quiet"], env)
         base = f"http://{_client_host(host)}:{port}"
         supervisor.wait_for_api(base)
         _announce(base, settings, key_file, admin_key if created else None, workers)

@@ -6,6 +6,8 @@ needs no environment; the broker URL is required only when the app first talks t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from celery import Celery
 
 from service.queue import TRAINING_QUEUE
@@ -38,3 +40,17 @@ def _configuration() -> dict[str, object]:
 
 celery_app = Celery("taas", set_as_current=False)
 celery_app.add_defaults(_configuration)
+
+
+_BEFORE_WORKER = ("--quiet", "-q")  # Celery's own options, not its worker's: no start-up banner
+
+
+def worker_argv(fixed: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``celery_app.worker_main``'s argv: the ``fixed`` worker options, then a caller's ``extra``
+    ones, with Celery's own ``--quiet`` moved before the sub-command, where Celery reads it."""
+    return [
+        *(option for option in extra if option in _BEFORE_WORKER),
+        "worker",
+        *fixed,
+        *(option for option in extra if option not in _BEFORE_WORKER),
+    ]

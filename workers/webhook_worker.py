@@ -1,4 +1,4 @@
-"""``python -m workers.webhook_worker [celery worker options]``: the webhook worker.
+"""``python -m workers.webhook_worker [--quiet] [celery worker options]``: the webhook worker.
 
 One Celery worker on the ``webhooks`` queue only, with a pool of threads (a delivery waits on the
 network, not the CPU), running ``workers.webhooks.deliver_webhook``; beside it, a sweep thread
@@ -25,7 +25,7 @@ from service import webhooks
 from service.db import make_engine, session_factory
 from service.queue import WEBHOOK_QUEUE
 from service.settings import Settings, get_settings
-from workers.app import celery_app
+from workers.app import celery_app, worker_argv
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +58,18 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=sweep_forever, args=(settings, stop), name="webhook-sweep", daemon=True).start()
     try:
         celery_app.worker_main(
-            [
-                "worker",
-                "--pool=threads",
-                f"--concurrency={settings.webhook_concurrency}",
-                f"--queues={WEBHOOK_QUEUE}",
-                f"--hostname=taas-webhooks-{os.getpid()}@{socket.gethostname()}",
-                "--without-gossip",
-                "--without-mingle",
-                "--loglevel=INFO",
-                *(sys.argv[1:] if argv is None else argv),
-            ]
+            worker_argv(
+                [
+                    "--pool=threads",
+                    f"--concurrency={settings.webhook_concurrency}",
+                    f"--queues={WEBHOOK_QUEUE}",
+                    f"--hostname=taas-webhooks-{os.getpid()}@{socket.gethostname()}",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--loglevel=INFO",
+                ],
+                sys.argv[1:] if argv is None else argv,
+            )
         )
     finally:
         stop.set()

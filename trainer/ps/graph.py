@@ -228,8 +228,8 @@ def sgd_step(
 
     ``params``: the TextClassifier's embedding table, output weight and output bias. The
     gradient is written out by hand rather than by autograd: the model is one embedding bag
-    and one linear layer, and its gradient in closed form is about two thirds of the
-    kernels autograd launches (the launches are what a step at these batches costs), with
+    and one linear layer, and its gradient in closed form takes fewer kernels than autograd
+    launches (the launches are what a step at these batches costs), with
     nothing of data-dependent size that a graph could not hold. Each row's gradient at the
     logits is ``softmax - one-hot`` (multi-label: ``sigmoid - multi-hot``) times its rate
     (its share of the loss times -lr), so what follows is the update itself: the output

@@ -342,11 +342,8 @@ class Featurizer:
         keys = np.repeat(np.arange(0, len(parts) << 32, 1 << 32, dtype=np.int64), lengths)
         keys |= np.frombuffer(b"".join(parts), dtype=np.int32)
         keys.sort(kind="stable")
-        change = np.empty(len(keys) + 1, dtype=bool)  # where a run of equal keys starts or ends
-        change[0] = change[-1] = True
-        np.not_equal(keys[1:], keys[:-1], out=change[1:-1])
-        bounds = change.nonzero()[0]
-        starts = bounds[:-1]
+        starts = _run_starts(keys)
+        bounds = np.append(starts, len(keys))
         distinct = keys[starts]
         segment, rows = distinct >> 32, distinct & 0xFFFFFFFF
         weights = (1.0 + np.log(bounds[1:] - starts)) * self.idf[rows]

@@ -192,21 +192,17 @@ def _cold(config: FeaturizerConfig) -> Featurizer:
 def _reference_bags(featurizer: Featurizer, texts: list[str]) -> features.Bags:
     """The bags by the definition: per text and group, the known rows in order, weighted by
     sublinear TF x IDF and divided by their L2 norm (summed in row order, as bincount does)."""
-    config = featurizer.config
     ids: list[int] = []
     weights: list[np.float32] = []
     offsets: list[int] = []
     for text in texts:
         offsets.append(len(ids))
-        words, tokens = tokenize(text)
-        char_grams = [gram for token in tokens for gram in features._char_grams(token, config)]
-        for group, grams in enumerate((features._word_grams(words, config), char_grams)):
+        for bucket_counts in _bucket_counts(text, featurizer.config):
             counts: Counter[int] = Counter()
-            for gram in grams:
-                bucket = features.stable_hash(gram, group) % config.buckets
+            for bucket, count in bucket_counts.items():
                 row = int(np.searchsorted(featurizer.buckets, bucket))
                 if row < featurizer.rows and featurizer.buckets[row] == bucket:
-                    counts[row] += 1
+                    counts[row] += count
             rows = sorted(counts)
             tf = 1.0 + np.log(np.array([counts[row] for row in rows], dtype=np.int64))
             tf_idf = tf * featurizer.idf[rows]

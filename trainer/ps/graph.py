@@ -147,7 +147,7 @@ def pack_chunk(
     share = weight / np.bincount(step_of_row, weights=weight, minlength=steps)[step_of_row]
     floats[step_of_row, width + slot_of_row] = share
     floats[step_of_row, width + batch + slot_of_row] = -lr * share
-    floats[step_of_row, width + 2 * batch + slot_of_row] = lr * share
+    floats[step_of_row, width + 2 * batch + slot_of_row] = lr * share  # negated here, not a kernel a step
     samples = np.bincount(step_of_row, minlength=steps)[:real_steps]
     return PackedChunk(
         ints=ints,
@@ -195,17 +195,34 @@ class Products:
         return cls(swap_logits=logits[1] < logits[0], swap_hidden=hiddens[1] < hiddens[0])
 
 
-def _graph_us(product: Callable[[], torch.Tensor], device: torch.device, reps: int = 50) -> float:
-    """Microseconds per call of ``product`` replayed as a CUDA graph of ``reps`` calls."""
+def _captured(
+    warm_up: Callable[[], object],
+    program: Callable[[], object],
+    after: torch.cuda.Stream,
+    device: torch.device,
+) -> torch.cuda.CUDAGraph:
+    """``program`` captured as a CUDA graph, after ``warm_up`` ran once on a side stream that
+    follows ``after`` (as torch.cuda.graph asks: cuBLAS's workspace and kernel choice, lazy
+    initialisation), ``after`` then waiting for it."""
     side = torch.cuda.Stream(device=device)
-    side.wait_stream(torch.cuda.current_stream(device))
+    side.wait_stream(after)
     with torch.cuda.stream(side):
-        product()  # cuBLAS's workspace and kernel choice, before capture
-    torch.cuda.current_stream(device).wait_stream(side)
+        warm_up()
+    after.wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
+        program()
+    return graph
+
+
+def _graph_us(product: Callable[[], torch.Tensor], device: torch.device, reps: int = 50) -> float:
+    """Microseconds per call of ``product`` replayed as a CUDA graph of ``reps`` calls."""
+
+    def repeated() -> None:
         for _ in range(reps):
             product()
+
+    graph = _captured(product, repeated, torch.cuda.current_stream(device), device)
     graph.replay()  # once untimed: the first replay uploads the graph
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -415,14 +432,7 @@ class GraphPool:
                     self.params, ints[step], floats[step], width, self.batch_size, losses[step], self.products
                 )
 
-        side = torch.cuda.Stream(device=self.device)
-        side.wait_stream(self.stream)
-        with torch.cuda.stream(side):
-            program()
-        self.stream.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            program()
+        graph = _captured(program, program, self.stream, self.device)
         self.graphs[width] = _Graph(graph, ints, floats, losses)
         return self.graphs[width]
 

@@ -12,7 +12,8 @@ Fixtures
                        The PostgreSQL URL carries its schema (``?options=-csearch_path=...``), so a
                        subprocess given the URL sees the same tables.
 ``settings_factory``   ``settings_factory(**overrides) -> Settings`` on this test's temp dirs and
-                       ``database_url``, admin key :data:`ADMIN_KEY`, Redis db 15.
+                       ``database_url``, admin key :data:`ADMIN_KEY`, Redis db 15
+                       (of this worker's range: :func:`redis_test_url`).
 ``settings``           ``settings_factory()``.
 ``engine``             SQLAlchemy engine for ``settings`` (disposed after the test).
 ``session``            a Session on ``engine`` (closed after the test).
@@ -31,6 +32,7 @@ Fixtures
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -57,7 +59,27 @@ from service.store import ArtifactStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PG_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-REDIS_TEST_URL = "redis://127.0.0.1:6379/15"
+# The tests use Redis databases 10-15 of the machine's server. Under pytest-xdist (`make test`
+# runs two processes) each worker process takes its own six: gw0 10-15, gw1 4-9.
+REDIS_DATABASES_PER_WORKER = 6
+REDIS_WORKERS = 16 // REDIS_DATABASES_PER_WORKER  # Redis's default 16 databases
+
+
+def redis_test_url(db: int) -> str:
+    """The machine's Redis at database ``db`` (10-15), moved into this test process's own range,
+    so that two xdist workers never flush or consume each other's keys and queues."""
+    assert 16 - REDIS_DATABASES_PER_WORKER <= db < 16, f"the tests' Redis databases are 10-15, not {db}"
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker.removeprefix("gw"))
+    if index >= REDIS_WORKERS:
+        raise pytest.UsageError(
+            f"the tests need {REDIS_DATABASES_PER_WORKER} of Redis's 16 databases per process: "
+            f"run at most {REDIS_WORKERS} xdist workers (-n {REDIS_WORKERS}), not {worker}"
+        )
+    return f"redis://127.0.0.1:6379/{db - REDIS_DATABASES_PER_WORKER * index}"
+
+
+REDIS_TEST_URL = redis_test_url(15)
 ADMIN_KEY = "test-admin-key-0123456789"
 
 T = TypeVar("T")
@@ -68,6 +90,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse more xdist workers than the Redis databases allow, before any starts."""
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > REDIS_WORKERS:
+        raise pytest.UsageError(
+            f"-n {workers}: the tests need {REDIS_DATABASES_PER_WORKER} of Redis's 16 databases per "
+            f"process, so at most {REDIS_WORKERS} xdist workers can run (-n {REDIS_WORKERS} or -n auto)"
+        )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most as many as the Redis databases allow."""
+    return max(1, min(os.cpu_count() or 1, REDIS_WORKERS))
 
 
 def migrate(url: str) -> None:

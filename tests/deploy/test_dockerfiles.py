@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REDIS_TEST_URL
 from tests.deploy.helpers import DOCKER_DIR, DOCKERFILES, REPO_ROOT, install_check
 
 instructions = install_check.instructions
@@ -130,13 +131,13 @@ def _entrypoint(env: dict[str, str], *command: str) -> subprocess.CompletedProce
 def test_entrypoint_waits_then_runs_the_command(tmp_path: Path) -> None:
     redis = pytest.importorskip("redis")
     try:
-        redis.Redis.from_url("redis://127.0.0.1:6379/15", socket_connect_timeout=2).ping()
+        redis.Redis.from_url(REDIS_TEST_URL, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
         pytest.skip(f"Redis at 127.0.0.1:6379 is unreachable: {exc}")
     env = {
         "TAAS_DATA_DIR": str(tmp_path / "var"),
         "TAAS_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
-        "TAAS_REDIS_URL": "redis://127.0.0.1:6379/15",
+        "TAAS_REDIS_URL": REDIS_TEST_URL,
         "TAAS_WAIT_SECONDS": "5",
     }
     run = _entrypoint(env, "sh", "-c", "echo started-$TAAS_WAIT_SECONDS")

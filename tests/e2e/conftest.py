@@ -29,11 +29,11 @@ import httpx
 import pytest
 
 from benchmarks.chaos import descendants, free_port, stop_tree
-from tests.conftest import empty_redis_db
+from tests.conftest import empty_redis_db, redis_test_url
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
-SERVICES_REDIS_URL = "redis://127.0.0.1:6379/13"
+SERVICES_REDIS_URL = redis_test_url(13)
 START_TIMEOUT = 120.0
 
 

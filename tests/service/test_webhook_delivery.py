@@ -25,10 +25,10 @@ from service.db import session_factory
 from service.models import Delivery, StatusEvent, TrainingJob, utcnow
 from service.queue import WEBHOOK_QUEUE
 from service.settings import Settings
-from tests.conftest import TenantHandle, empty_redis_db
+from tests.conftest import TenantHandle, empty_redis_db, redis_test_url
 from tests.webhook_receiver import issue_certificate, running_receiver
 
-BROKER_URL = "redis://127.0.0.1:6379/10"
+BROKER_URL = redis_test_url(10)
 BACKOFF_SECONDS = 0.2
 
 

@@ -18,11 +18,11 @@ from sqlalchemy.orm import Session
 
 from service.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
 from service.settings import Settings
-from tests.conftest import empty_redis_db, migrated_database
+from tests.conftest import empty_redis_db, migrated_database, redis_test_url
 
 pytestmark = pytest.mark.integration
 
-BROKER_URL = "redis://127.0.0.1:6379/14"
+BROKER_URL = redis_test_url(14)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -17,12 +17,12 @@ from service.jobs import claim_job
 from service.models import Classifier, ClassifierStatus, JobState, TrainingJob
 from service.settings import Settings
 from service.store import ArtifactStore
-from tests.conftest import empty_redis_db
+from tests.conftest import empty_redis_db, redis_test_url
 from workers.reconciler import queued_job_ids, reconcile_once
 
 pytestmark = pytest.mark.integration
 
-BROKER_URL = "redis://127.0.0.1:6379/14"
+BROKER_URL = redis_test_url(14)
 
 
 @pytest.fixture

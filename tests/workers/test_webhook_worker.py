@@ -28,13 +28,13 @@ from service import jobs
 from service.client.webhooks import SIGNATURE_HEADER, verify
 from service.models import Delivery, StatusEvent, TrainingJob, utcnow
 from service.settings import Settings
-from tests.conftest import TenantHandle, empty_redis_db, migrated_database
+from tests.conftest import TenantHandle, empty_redis_db, migrated_database, redis_test_url
 from tests.service.helpers import nlc_files
 from tests.webhook_receiver import Receiver, running_receiver
 
 pytestmark = pytest.mark.integration
 
-BROKER_URL = "redis://127.0.0.1:6379/10"
+BROKER_URL = redis_test_url(10)
 WEBHOOK_ENV = {  # a local receiver is allowed; quick back-off, sweep and re-send
     "TAAS_WEBHOOK_ALLOW_PRIVATE": "1",
     "TAAS_WEBHOOK_BACKOFF_SECONDS": "0.3",

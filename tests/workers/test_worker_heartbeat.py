@@ -20,13 +20,13 @@ from service.app import create_app
 from service.models import JobEvent
 from service.settings import Settings
 from service.worker_registry import WorkerInfo, WorkerRegistry
-from tests.conftest import empty_redis_db, migrated_database
+from tests.conftest import empty_redis_db, migrated_database, redis_test_url
 from tests.ops.conftest import log_in
 from workers.heartbeat import TTL_BEATS
 
 pytestmark = pytest.mark.integration
 
-BROKER_URL = "redis://127.0.0.1:6379/11"
+BROKER_URL = redis_test_url(11)
 HEARTBEAT_SECONDS = 0.5
 
 

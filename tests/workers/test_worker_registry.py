@@ -12,12 +12,12 @@ import pytest
 from benchmarks.chaos import ExternalRedis
 from service.settings import Settings
 from service.worker_registry import WorkerInfo, WorkerRegistry, connect
-from tests.conftest import empty_redis_db
+from tests.conftest import empty_redis_db, redis_test_url
 from workers.heartbeat import TTL_BEATS, Heartbeat, describe, worker_identity
 
 pytestmark = pytest.mark.integration
 
-REGISTRY_URL = "redis://127.0.0.1:6379/12"
+REGISTRY_URL = redis_test_url(12)
 EVERY = 0.2
 
 

@@ -61,21 +61,26 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PG_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 # The tests use Redis databases 10-15 of the machine's server. Under pytest-xdist (`make test`
 # runs two processes) each worker process takes its own six: gw0 10-15, gw1 4-9.
+REDIS_DATABASES = 16  # Redis's default
 REDIS_DATABASES_PER_WORKER = 6
-REDIS_WORKERS = 16 // REDIS_DATABASES_PER_WORKER  # Redis's default 16 databases
+REDIS_WORKERS = REDIS_DATABASES // REDIS_DATABASES_PER_WORKER
+
+
+def _too_many_workers(asked: str) -> pytest.UsageError:
+    return pytest.UsageError(
+        f"the tests need {REDIS_DATABASES_PER_WORKER} of Redis's {REDIS_DATABASES} databases per process: "
+        f"run at most {REDIS_WORKERS} xdist workers (-n {REDIS_WORKERS}), not {asked}"
+    )
 
 
 def redis_test_url(db: int) -> str:
     """The machine's Redis at database ``db`` (10-15), moved into this test process's own range,
     so that two xdist workers never flush or consume each other's keys and queues."""
-    assert 16 - REDIS_DATABASES_PER_WORKER <= db < 16, f"the tests' Redis databases are 10-15, not {db}"
+    assert REDIS_DATABASES - REDIS_DATABASES_PER_WORKER <= db < REDIS_DATABASES, f"not one of 10-15: {db}"
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker.removeprefix("gw"))
     if index >= REDIS_WORKERS:
-        raise pytest.UsageError(
-            f"the tests need {REDIS_DATABASES_PER_WORKER} of Redis's 16 databases per process: "
-            f"run at most {REDIS_WORKERS} xdist workers (-n {REDIS_WORKERS}), not {worker}"
-        )
+        raise _too_many_workers(worker)
     return f"redis://127.0.0.1:6379/{db - REDIS_DATABASES_PER_WORKER * index}"
 
 
@@ -96,10 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Refuse more xdist workers than the Redis databases allow, before any starts."""
     workers = getattr(config.option, "numprocesses", None)
     if isinstance(workers, int) and workers > REDIS_WORKERS:
-        raise pytest.UsageError(
-            f"-n {workers}: the tests need {REDIS_DATABASES_PER_WORKER} of Redis's 16 databases per "
-            f"process, so at most {REDIS_WORKERS} xdist workers can run (-n {REDIS_WORKERS} or -n auto)"
-        )
+        raise _too_many_workers(f"-n {workers}")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -166,13 +166,12 @@ def _prepare(data: TrainingData, hparams: HParams, fingerprint: str) -> _Prepare
         max_features=hparams.max_features,
     )
     train_texts = [data.texts[i] for i in train_idx]
-    featurizer = Featurizer.fit(train_texts, config)
+    featurizer, train_bags = Featurizer.fit_transform(train_texts, config)
     validation_bags = validation_targets = None
     if len(validation_idx):
         validation_bags = featurizer.transform([data.texts[i] for i in validation_idx])
         validation_targets = targets[validation_idx]
     steps_per_epoch = math.ceil(len(train_idx) / hparams.batch_size)
-    train_bags = featurizer.transform(train_texts)
     lengths = np.diff(np.append(train_bags.offsets, len(train_bags.ids)))
     max_rows = int(np.sort(lengths)[::-1][: hparams.batch_size].sum())
     return _Prepared(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -189,6 +190,24 @@ def _char_grams(token: str, config: FeaturizerConfig) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class _ChunkBuckets:
+    """The n-gram buckets of a chunk of texts, in segments: segment 2 * text + group holds
+    ``lengths[segment]`` consecutive entries of ``buckets`` (int32 when kept for fit_transform:
+    buckets are below 2^31, and the copy halves what waits for the bags)."""
+
+    lengths: np.ndarray
+    buckets: np.ndarray
+
+    def segments(self) -> np.ndarray:
+        """The segment of every entry of ``buckets``."""
+        return np.repeat(np.arange(len(self.lengths), dtype=np.int64), self.lengths)
+
+    def compact(self) -> _ChunkBuckets:
+        """The same with int32 buckets."""
+        return _ChunkBuckets(self.lengths, self.buckets.astype(np.int32))
+
+
 @dataclass
 class _FitHashes:
     """The hashes fit keeps across its chunks of texts: word n-gram -> bucket, and token -> its
@@ -199,10 +218,10 @@ class _FitHashes:
     tokens: dict[str, np.ndarray] = field(default_factory=dict)
     size: int = 0
 
-    def buckets(self, texts: Sequence[str], config: FeaturizerConfig) -> tuple[np.ndarray, np.ndarray]:
-        """(text index, bucket) of every n-gram of every text, repeats included: word n-grams
-        hashed in group 0, character n-grams in group 1. A token's n-grams are held as strings
-        only while it is hashed."""
+    def buckets(self, texts: Sequence[str], config: FeaturizerConfig) -> _ChunkBuckets:
+        """The bucket of every n-gram of every text, repeats included: word n-grams hashed in
+        group 0, character n-grams in group 1. A token's n-grams are held as strings only while
+        it is hashed."""
         if self.size > _FIT_CACHE_LIMIT:
             self.words.clear()
             self.tokens.clear()
@@ -216,11 +235,11 @@ class _FitHashes:
         parts: list[np.ndarray] = []
         lengths: list[int] = []
         for grams, (_, tokens) in zip(word_grams, tokenized, strict=True):
-            text_parts = [np.fromiter(map(self.words.__getitem__, grams), dtype=np.int64, count=len(grams))]
-            text_parts += map(partial(self._token_buckets, config=config), tokens)
-            parts += text_parts
-            lengths.append(sum(map(len, text_parts)))
-        return np.repeat(np.arange(len(texts)), lengths), np.concatenate(parts)
+            words = np.fromiter(map(self.words.__getitem__, grams), dtype=np.int64, count=len(grams))
+            chars = list(map(partial(self._token_buckets, config=config), tokens))
+            parts += [words, *chars]
+            lengths += (len(grams), sum(map(len, chars)))
+        return _ChunkBuckets(np.asarray(lengths, dtype=np.int64), np.concatenate(parts))
 
     def _token_buckets(self, token: str, config: FeaturizerConfig) -> np.ndarray:
         buckets = self.tokens.get(token)
@@ -235,7 +254,7 @@ class _FitHashes:
 def _document_frequency(
     text_index: np.ndarray, bucket: np.ndarray, buckets: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The buckets present and how many texts hold each, from _fit_buckets's pairs: two sorts
+    """The buckets present and how many texts hold each, from fit's (text, bucket) pairs: two sorts
     (``np.add.at`` on the 16 M-bucket table was ten times slower)."""
     keys = text_index * buckets + bucket
     keys.sort()
@@ -272,15 +291,42 @@ class Featurizer:
     @classmethod
     def fit(cls, texts: Sequence[str], config: FeaturizerConfig) -> Featurizer:
         """Learn the known buckets and their IDF, log((1 + n) / (1 + df)) + 1, from training texts."""
+        return cls._fit(texts, config, keep=False)[0]
+
+    @classmethod
+    def fit_transform(cls, texts: Sequence[str], config: FeaturizerConfig) -> tuple[Featurizer, Bags]:
+        """``fit`` and the bags of the same texts, bit for bit those ``transform`` gives, made from
+        the buckets fit hashed instead of tokenising and hashing every text again: a training job
+        needs both, and the second pass took as long as the fit (0.6 s of snips' 13,784 texts)."""
+        featurizer, kept, table = cls._fit(texts, config, keep=True)
+        # the document frequencies' table, one entry per bucket, becomes bucket -> row (-1: not
+        # kept): a gather, where a binary search of the kept buckets took twice the bags' time
+        table.fill(-1)
+        table[featurizer.buckets] = np.arange(featurizer.rows, dtype=table.dtype)
+        chunks = deque(kept)  # each chunk's buckets are let go once its bags are made
+        del kept
+        return featurizer, _concatenate(
+            [featurizer._bags_of_buckets(chunks.popleft(), table) for _ in range(len(chunks))]
+        )
+
+    @classmethod
+    def _fit(
+        cls, texts: Sequence[str], config: FeaturizerConfig, keep: bool
+    ) -> tuple[Featurizer, list[_ChunkBuckets], np.ndarray]:
+        """The fitted featurizer, each chunk's buckets when ``keep`` (4 bytes an n-gram), and the
+        table of document frequencies (int32, one entry per bucket), free for reuse."""
         # document frequency per bucket, counted a chunk of texts at a time: the n-grams of all
         # texts at once, as Python objects, took 630 MB for 2,000 texts of one 1,000-letter word
         df = np.zeros(config.buckets, dtype=np.int32)
         hashes = _FitHashes()
+        kept: list[_ChunkBuckets] = []
         for start in range(0, len(texts), _FIT_CHUNK):
-            text_index, bucket = hashes.buckets(texts[start : start + _FIT_CHUNK], config)
-            present, count = _document_frequency(text_index, bucket, config.buckets)
+            chunk = hashes.buckets(texts[start : start + _FIT_CHUNK], config)
+            present, count = _document_frequency(chunk.segments() // _GROUPS, chunk.buckets, config.buckets)
             df[present] += count
-        return cls.of_document_frequency(df, len(texts), config)
+            if keep:
+                kept.append(chunk.compact())
+        return cls.of_document_frequency(df, len(texts), config), kept, df
 
     @classmethod
     def of_document_frequency(cls, df: np.ndarray, texts: int, config: FeaturizerConfig) -> Featurizer:
@@ -335,21 +381,33 @@ class Featurizer:
 
     def _bags(self, parts: list[bytes]) -> Bags:
         """Bags from _row_parts: part 2 * text + group holds the rows of that group's n-grams."""
-        # Every (text, group, row) of the batch becomes one int64 key, segment << 32 | row with
-        # segment = text * 2 + group, so one sort counts, groups and orders the whole batch. The
-        # stable sort (timsort) makes use of the sorted runs of rows that the token cache holds.
         lengths = [len(part) // _ROW_BYTES for part in parts]
         keys = np.repeat(np.arange(0, len(parts) << 32, 1 << 32, dtype=np.int64), lengths)
         keys |= np.frombuffer(b"".join(parts), dtype=np.int32)
+        return self._bags_of_keys(keys, len(parts))
+
+    def _bags_of_buckets(self, chunk: _ChunkBuckets, row_of: np.ndarray) -> Bags:
+        """Bags from fit's buckets of a chunk of texts (``row_of``: each bucket's row, -1 for
+        one not kept): their known rows, as _bags's keys."""
+        rows = row_of[chunk.buckets]
+        known = rows >= 0
+        keys = (chunk.segments()[known] << 32) | rows[known]
+        return self._bags_of_keys(keys, len(chunk.lengths))
+
+    def _bags_of_keys(self, keys: np.ndarray, segments: int) -> Bags:
+        """Bags of ``segments`` // 2 texts from one int64 key per (text, group, row) occurrence,
+        segment << 32 | row with segment = text * 2 + group: one sort counts, groups and orders
+        the whole batch. The stable sort (timsort) makes use of the sorted runs of rows that the
+        token cache holds."""
         keys.sort(kind="stable")
         starts = _run_starts(keys)
         bounds = np.append(starts, len(keys))
         distinct = keys[starts]
         segment, rows = distinct >> 32, distinct & 0xFFFFFFFF
         weights = (1.0 + np.log(bounds[1:] - starts)) * self.idf[rows]
-        norms = np.sqrt(np.bincount(segment, weights=weights * weights, minlength=len(parts)))
+        norms = np.sqrt(np.bincount(segment, weights=weights * weights, minlength=segments))
         weights = (weights / norms[segment]).astype(np.float32)
-        offsets = np.searchsorted(segment, np.arange(0, len(parts), _GROUPS, dtype=np.int64))
+        offsets = np.searchsorted(segment, np.arange(0, segments, _GROUPS, dtype=np.int64))
         return Bags(rows, weights, offsets)
 
     def _rows_of(self, hashes: Sequence[int]) -> np.ndarray:

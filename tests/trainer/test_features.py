@@ -252,6 +252,23 @@ def test_transform_equals_the_reference_while_the_caches_fill_and_empty(
             assert len(featurizer._word_rows) <= limit and len(featurizer._char_rows) <= limit
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(CONFIGS), _BATCH, st.integers(1, 3), st.sampled_from([1 << 20, 0]))
+def test_fit_transform_fits_as_fit_and_bags_as_transform_in_any_chunking(
+    config: FeaturizerConfig, texts: list[str], chunk: int, cache_limit: int
+) -> None:
+    training = [*CORPUS, *texts]  # config 3's 300 features leave some n-grams unknown
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(features, "_FIT_CHUNK", chunk)
+        patch.setattr(features, "_FIT_CACHE_LIMIT", cache_limit)
+        featurizer, bags = Featurizer.fit_transform(training, config)
+    fitted = Featurizer.fit(training, config)
+    assert featurizer.buckets.tobytes() == fitted.buckets.tobytes()
+    assert featurizer.idf.tobytes() == fitted.idf.tobytes()
+    _assert_identical(bags, _reference_bags(featurizer, training))
+    _assert_identical(bags, fitted.transform(training))
+
+
 @given(_BATCH)
 def test_a_batch_tokenises_as_its_texts_one_by_one(texts: list[str]) -> None:
     assert features._tokenize_all(texts) == [tokenize(text) for text in texts]

@@ -26,7 +26,8 @@ predictions by 3 rows, all wins. docs/model.md has the tables, with what lost: w
 on the intent sets, 2.4 points worse on Reuters' validation split), label smoothing, n-gram
 dropout, iterate averaging, seed ensembles, a non-linear hidden layer, a frozen sentence
 encoder as extra features or in an ensemble (benchmarks/encoder_sweep.py), batches of 8 or
-32, a 128-wide embedding, and a one-vs-rest loss.
+32, a 128-wide embedding, a one-vs-rest loss, and a plain linear model (the output layer a
+frozen, scaled identity) instead of the factorisation.
 """
 
 from __future__ import annotations

@@ -193,8 +193,7 @@ def _char_grams(token: str, config: FeaturizerConfig) -> list[str]:
 @dataclass(frozen=True)
 class _ChunkBuckets:
     """The n-gram buckets of a chunk of texts, in segments: segment 2 * text + group holds
-    ``lengths[segment]`` consecutive entries of ``buckets`` (int32 when kept for fit_transform:
-    buckets are below 2^31, and the copy halves what waits for the bags)."""
+    ``lengths[segment]`` consecutive entries of ``buckets``."""
 
     lengths: np.ndarray
     buckets: np.ndarray
@@ -203,9 +202,10 @@ class _ChunkBuckets:
         """The segment of every entry of ``buckets``."""
         return np.repeat(np.arange(len(self.lengths), dtype=np.int64), self.lengths)
 
-    def compact(self) -> _ChunkBuckets:
-        """The same with int32 buckets."""
-        return _ChunkBuckets(self.lengths, self.buckets.astype(np.int32))
+    def compact(self, buckets: int) -> _ChunkBuckets:
+        """The same in the smallest unsigned type that holds bucket ``buckets`` - 1 (2^24
+        buckets: 4 bytes, half of int64; this is what waits in fit_transform for the bags)."""
+        return _ChunkBuckets(self.lengths, self.buckets.astype(np.min_scalar_type(buckets - 1)))
 
 
 @dataclass
@@ -325,7 +325,7 @@ class Featurizer:
             present, count = _document_frequency(chunk.segments() // _GROUPS, chunk.buckets, config.buckets)
             df[present] += count
             if keep:
-                kept.append(chunk.compact())
+                kept.append(chunk.compact(config.buckets))
         return cls.of_document_frequency(df, len(texts), config), kept, df
 
     @classmethod

@@ -123,8 +123,13 @@ def test_failed_attempts_back_off_then_the_event_is_given_up_at_the_cap(
     attempts: list[webhooks.Attempted] = []
     with running_receiver(answers=[503, 500, 429]) as receiver:
         event = event_to(receiver.url)
-        attempts.append(webhooks.deliver(session, settings, event.id))  # type: ignore[arg-type]
-        assert webhooks.deliver(session, settings, event.id) is None  # not due yet
+        # The first attempt and the check after it see one instant of webhooks' clock: on a loaded
+        # machine the back-off's 0.2 s could pass between the two (a flake under xdist).
+        frozen = utcnow()
+        with pytest.MonkeyPatch.context() as clock:
+            clock.setattr(webhooks, "utcnow", lambda: frozen)
+            attempts.append(webhooks.deliver(session, settings, event.id))  # type: ignore[arg-type]
+            assert webhooks.deliver(session, settings, event.id) is None  # not due until the back-off
         for _ in range(2):
             attempts.append(wait_until(lambda: webhooks.deliver(session, settings, event.id), timeout=5))
 

@@ -16,7 +16,9 @@ dropped, so vocalised and bare spellings are one word, and so are variation sele
 Fitting keeps the buckets seen in training (at most ``max_features``, most frequent first)
 and gives each a row of the embedding table and a smoothed IDF. A text's bag holds the rows
 of its known n-grams weighted by sublinear TF x IDF, L2-normalised per group; n-grams never
-seen in training are dropped, as a vectoriser fitted on the training data drops them.
+seen in training are dropped, as a vectoriser fitted on the training data drops them. A
+training job gets its training texts' bags with the fit (``fit_transform``), from the buckets
+the fit hashed, rather than hashing every text again.
 
 Transforming is on the serving path (one text per request, or a collection of them, and
 calls arriving together are batched; a budget of about 0.1 ms a request), so it works on the

@@ -31,7 +31,7 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 
@@ -142,7 +142,7 @@ def baseline_document_frequency(texts: Sequence[str], config: FeaturizerConfig) 
     return df
 
 
-def _best_seconds(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+def _best_seconds(runs: Mapping[str, Callable[[], object]], rounds: int) -> dict[str, float]:
     """Best seconds of each run, rounds interleaved."""
     best: dict[str, float] = {}
     for _ in range(rounds):
@@ -164,7 +164,7 @@ def _fit_times(texts: list[str], config: FeaturizerConfig, rounds: int) -> dict[
     new, baseline = fits["new"](), fits["baseline"]()
     if not (np.array_equal(new.buckets, baseline.buckets) and np.array_equal(new.idf, baseline.idf)):
         raise SystemExit("fit disagrees with the baseline")
-    return _best_seconds(dict(fits), rounds)
+    return _best_seconds(fits, rounds)
 
 
 def _fit_then_transform(texts: list[str], config: FeaturizerConfig) -> tuple[Featurizer, Bags]:
@@ -183,7 +183,7 @@ def _fit_transform_times(texts: list[str], config: FeaturizerConfig, rounds: int
     same_buckets = np.array_equal(new.buckets, baseline.buckets)
     if _fingerprint(new_bags) != _fingerprint(baseline_bags) or not same_buckets:
         raise SystemExit("fit_transform disagrees with fit then transform")
-    return _best_seconds(dict(runs), rounds)
+    return _best_seconds(runs, rounds)
 
 
 def _report(texts: int, best: dict[str, float]) -> dict[str, object]:

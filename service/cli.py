@@ -83,7 +83,7 @@ def _settings(**values: object) -> Settings:
 def up(
     host: str = typer.Option("127.0.0.1", help="Address the API listens on."),
     port: int = typer.Option(8000, min=1, max=65535, help="Port the API listens on."),
-    data_dir: Path | None = typer.Option(None, help="Data folder [default: TAAS_DATA_DIR or ./var]."),
+    data_dir: Path | None = typer.Option(None, help="Data folder.", show_default="TAAS_DATA_DIR or ./var"),
     workers: int = typer.Option(1, min=0, help="Training worker processes."),
 ) -> None:
     """Run the whole platform on this machine until Ctrl-C (or SIGTERM)."""

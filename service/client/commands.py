@@ -106,7 +106,9 @@ def login(
 @_one_line_errors
 def upload_dataset(
     file: Path = typer.Argument(..., help="CSV with a text,label header, or JSON Lines."),
-    name: str | None = typer.Option(None, help="The dataset's name [default: the file name]."),
+    name: str | None = typer.Option(
+        None, help="The dataset's name.", show_default="the file's name without its suffix"
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Store a labelled file as a dataset that classifiers can train on."""

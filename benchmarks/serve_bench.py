@@ -1,4 +1,4 @@
-"""Serving benchmark: classify and classify_collection against a bare FastAPI endpoint, side by side.
+"""Serving benchmark: classify (body and query forms) and classify_collection beside a bare FastAPI app.
 
     python benchmarks/serve_bench.py [--json] [--url URL --admin-key KEY] [--seconds 5]
 
@@ -9,7 +9,9 @@ default: the NLU-Evaluation chatbot set, else a built-in synthetic set) and wait
 Available. In every case it also starts a bare FastAPI app (one route that returns a constant)
 under the same uvicorn options as the API, and drives each target with the same loopback load
 generator (keep-alive HTTP/1.1 over raw asyncio sockets, one connection per concurrent
-client, so the generator itself costs little) at concurrency 1, 16 and 64.
+client, so the generator itself costs little) at concurrency 1, 16 and 64. The targets:
+``bare``; ``classify``, one text as NLC's JSON body; ``classify_get``, the same text as NLC's
+``GET …/classify?text=``; ``classify_collection``, 30 texts.
 
 Each point also reports ``server_cpu_ms``: the CPU time (user + system, from ``/proc``) the
 serving process spent per request while the point was measured, the cost of one call whatever
@@ -113,8 +115,15 @@ async def _drive(
 ) -> dict:
     parts = urllib.parse.urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    head = [f"POST {parts.path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json"]
-    head += [f"{k}: {v}" for k, v in headers.items()] + [f"Content-Length: {len(body)}"]
+    if body:
+        head = [
+            f"POST {parts.path} HTTP/1.1",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+        ]
+    else:  # a GET whose query is the request
+        head = [f"GET {parts.path}?{parts.query} HTTP/1.1"]
+    head += [f"Host: {host}:{port}", *(f"{k}: {v}" for k, v in headers.items())]
     request = ("\r\n".join(head) + "\r\n\r\n").encode() + body
     warmup = min(1.0, seconds / 4)
     now = time.perf_counter()
@@ -285,6 +294,13 @@ def _measure(
     targets = [
         ("bare", bare_url, single, {}, bare_pid),
         ("classify", f"{base}/v1/classifiers/{cid}/classify", single, auth, api_pid),
+        (
+            "classify_get",
+            f"{base}/v1/classifiers/{cid}/classify?{urllib.parse.urlencode({'text': TEXT})}",
+            b"",
+            auth,
+            api_pid,
+        ),
         (
             "classify_collection",
             f"{base}/v1/classifiers/{cid}/classify_collection",

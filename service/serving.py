@@ -226,7 +226,7 @@ def check_texts(texts: Sequence[str], *, fields: Sequence[str], max_chars: int) 
             raise BadRequest(field, "text is not valid Unicode (unpaired surrogate)")
         if len(text) > max_chars:
             raise BadRequest(
-                field, f"text has {len(text)} characters; the limit is {max_chars} (max_text_chars)"
+                field, f"text has {len(text)} characters; the limit is {max_chars} (max_classify_chars)"
             )
     return list(texts)
 

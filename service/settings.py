@@ -51,7 +51,10 @@ class Settings(BaseSettings):
     # --- training-data rules (Watson NLC's) ---------------------------------------------
     max_upload_bytes: int = Field(32 * 1024 * 1024, gt=0, description="Largest request body for an upload.")
     max_training_rows: int = Field(20_000, gt=0, description="Most rows in one training set.")
-    max_text_chars: int = Field(1024, gt=0, description="Longest text of a training row or a classify call.")
+    max_text_chars: int = Field(1024, gt=0, description="Longest text of a training row.")
+    max_classify_chars: int = Field(
+        2048, gt=0, description="Longest text of a classify or classify_collection call (NLC's 2,048)."
+    )
     min_classes: int = Field(2, ge=2, description="Fewest distinct classes in a training set.")
     max_classes: int = Field(3_000, gt=1, description="Most distinct classes in a training set.")
     max_name_chars: int = Field(

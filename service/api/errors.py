@@ -104,6 +104,7 @@ _ERROR_SCHEMA = {
 _ALWAYS = (400, 401, 403, 413)  # malformed, no key, wrong key or a quota, body over its limit
 _EXTRA = {  # (method, path) -> statuses beyond those
     ("post", "/v1/classifiers/{classifier_id}/classify"): (409, 429, 503),
+    ("get", "/v1/classifiers/{classifier_id}/classify"): (409, 429, 503),
     ("post", "/v1/classifiers/{classifier_id}/classify_collection"): (409, 429, 503),
     ("post", "/v1/classifiers/{classifier_id}/cancel"): (409,),
     ("post", "/v1/classifiers/{classifier_id}/resume"): (409,),

@@ -2,8 +2,9 @@
 
 The middleware stack, routing, dependency solving and request validation cost a FastAPI app
 several times the inference of one short text. The app (:class:`service.app.TaasAPI`) hands
-``POST /v1/classifiers/{id}/classify`` and ``…/classify_collection`` to :class:`FastClassify`
-before all of that, which answers itself when the JSON body passes NLC's rules, the caller's
+``POST /v1/classifiers/{id}/classify`` and ``…/classify_collection``, and NLC's other form
+``GET …/classify?text=``, to :class:`FastClassify` before all of that, which answers itself
+when the JSON body (or the one query parameter ``text``) passes NLC's rules, the caller's
 key and the classifier are in the lookup cache (:mod:`service.lookup_cache`) and the model is
 loaded; the call is then charged to the tenant's rate (from this replica's lease, or from
 Redis on a worker thread when the lease ran out) and run on the inference batcher. Anything
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.parse
 
 from anyio import to_thread
 from fastapi.routing import APIRoute
@@ -65,14 +67,14 @@ class FastClassify:
 
     @staticmethod
     def takes(scope: Scope) -> bool:
-        """Whether ``scope`` is a classify or classify_collection call of the serving version
-        (a call with a query string, such as ``?version=``, takes the route)."""
-        return (
-            scope["type"] == "http"
-            and scope["method"] == "POST"
-            and not scope.get("query_string")
-            and _PATH.fullmatch(scope["path"]) is not None
-        )
+        """Whether ``scope`` is a classify or classify_collection call of the serving version: a
+        ``POST`` without a query string (``?version=`` takes the route), or a ``GET`` classify
+        (whose query :func:`_query_body` reads)."""
+        if scope["type"] != "http" or (match := _PATH.fullmatch(scope["path"])) is None:
+            return False
+        if scope["method"] == "POST":
+            return not scope.get("query_string")
+        return scope["method"] == "GET" and match[2] == "classify"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -80,24 +82,27 @@ class FastClassify:
         assert match is not None  # see takes()
         settings: Settings = self.state.settings
         headers = dict(reversed(scope["headers"]))  # the first of repeated headers, as Starlette
-        declared = headers.get(b"content-length", b"")
-        if not declared.isdigit() or int(declared) > settings.max_json_bytes or not _is_json(headers):
-            await self.fallback(scope, receive, send)
-            return
-        first = await receive()
-        whole = first["type"] == "http.request" and not first.get("more_body", False)
         name = match[2]
+        body: classify.ClassifyBody | None
+        if scope["method"] == "GET":
+            body, first = _query_body(scope["query_string"]), None
+        else:
+            declared = headers.get(b"content-length", b"")
+            if not declared.isdigit() or int(declared) > settings.max_json_bytes or not _is_json(headers):
+                await self.fallback(scope, receive, send)
+                return
+            first = await receive()
+            whole = first["type"] == "http.request" and not first.get("more_body", False)
+            body = _json_body(name, first.get("body", b"")) if whole else None
         try:
-            reply = (
-                await self._answer(scope, match[1], name, headers, first.get("body", b"")) if whole else None
-            )
+            reply = None if body is None else await self._answer(scope, match[1], body, headers)
         except Exception as exc:  # as the app's own handler of the unexpected: a logged 500
             response = errors.unexpected(scope["method"], scope["path"], exc)
             await response(scope, receive, send)
-            self._observe(name, response.status_code, started)
+            self._observe(scope["method"], name, response.status_code, started)
             return
         if reply is None:
-            await self.fallback(scope, _replay(first, receive), send)
+            await self.fallback(scope, receive if first is None else _replay(first, receive), send)
             return
         await send(
             {
@@ -107,21 +112,20 @@ class FastClassify:
             }
         )
         await send({"type": "http.response.body", "body": reply})
-        self._observe(name, 200, started)
+        self._observe(scope["method"], name, 200, started)
 
-    def _observe(self, name: str, status: int, started: float) -> None:
-        self.metrics.observe("POST", _ROUTES[name], status, time.perf_counter() - started)
+    def _observe(self, method: str, name: str, status: int, started: float) -> None:
+        self.metrics.observe(method, _ROUTES[name], status, time.perf_counter() - started)
 
     async def _answer(
-        self, scope: Scope, classifier_id: str, name: str, headers: dict[bytes, bytes], raw: bytes
+        self, scope: Scope, classifier_id: str, body: classify.ClassifyBody, headers: dict[bytes, bytes]
     ) -> bytes | None:
         state = self.state
         settings: Settings = state.settings
         try:
-            body = _BODIES[name].model_validate_json(raw)
             texts = classify.texts_of(body, settings)
             key = presented_key(_header(headers, b"authorization"), _header(headers, b"x-api-key"))
-        except (ValidationError, TaasError):
+        except TaasError:
             return None
         lookups: LookupCache = state.lookups
         found = lookups.get(hash_key(key), classifier_id) if key else None
@@ -147,6 +151,23 @@ class FastClassify:
         return classify.reply_json(
             Request(scope), classifier_id, body, texts, serving.classified(model, scores)
         )
+
+
+def _json_body(name: str, raw: bytes) -> classify.ClassifyBody | None:
+    """The body of a ``POST`` to route ``name``, or None where it is not one (the route says why)."""
+    try:
+        return _BODIES[name].model_validate_json(raw)
+    except ValidationError:
+        return None
+
+
+def _query_body(query_string: bytes) -> ClassifyInput | None:
+    """The text of a ``GET …/classify?text=`` as the JSON body it stands for, or None unless
+    ``text`` is the query's one parameter. Decoded as Starlette decodes a query."""
+    pairs = urllib.parse.parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
+    if len(pairs) != 1 or pairs[0][0] != "text":
+        return None
+    return ClassifyInput(text=pairs[0][1])
 
 
 def _is_json(headers: dict[bytes, bytes]) -> bool:

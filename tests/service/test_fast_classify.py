@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 from sqlalchemy import event
+from starlette.types import Receive, Scope, Send
 
 from service.api import fast_classify
 from service.api.schemas import Classification, ClassificationCollection
@@ -93,11 +94,80 @@ def test_a_cached_call_asks_the_database_nothing_and_answers_as_the_route(
     assert samples[(f"/v1/classifiers/{{classifier_id}}/{route}", "200")] == (3 if route == "classify" else 2)
 
 
+@pytest.fixture
+def handed_over(app: FastAPI, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The query strings of the calls the fast path hands to the app's stack from now on."""
+    fast = app.fast_classify  # type: ignore[attr-defined]
+    seen: list[bytes] = []
+    route = fast.fallback
+
+    async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope["query_string"])
+        await route(scope, receive, send)
+
+    monkeypatch.setattr(fast, "fallback", recording)
+    return seen
+
+
+def test_a_cached_get_classify_asks_the_database_nothing_and_answers_as_the_json_body(
+    client: TestClient,
+    tenant: Any,
+    available: str,
+    warm: Callable[..., dict],
+    statements: list[str],
+    handed_over: list[bytes],
+) -> None:
+    by_body = warm(available, tenant)
+    statements.clear()
+    handed_over.clear()
+
+    by_query = client.get(f"/v1/classifiers/{available}/classify", params=TEXT, headers=tenant.headers)
+
+    assert by_query.status_code == 200
+    assert statements == [] and handed_over == [], "answered from memory"
+    assert by_query.json() == by_body
+    samples = {
+        (s.labels.get("method"), s.labels.get("status")): s.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for s in family.samples
+        if s.name == "taas_http_requests_total" and s.labels.get("route", "").endswith("/classify")
+    }
+    assert samples == {("POST", "200"): 1, ("GET", "200"): 1}
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [
+        ({"text": "rain", "version": "1"}, 200),  # a pinned version
+        ([("text", "rain"), ("text", "snow")], 200),
+        ({"text": "x" * 2049}, 400),  # over max_classify_chars
+        ({"text": " "}, 400),
+        ({"txt": "rain"}, 400),
+    ],
+)
+def test_a_get_classify_that_memory_cannot_answer_gets_the_routes_answer(
+    client: TestClient,
+    tenant: Any,
+    available: str,
+    warm: Callable[..., dict],
+    handed_over: list[bytes],
+    query: Any,
+    status: int,
+) -> None:
+    warm(available, tenant)
+    handed_over.clear()
+
+    reply = client.get(f"/v1/classifiers/{available}/classify", params=query, headers=tenant.headers)
+
+    assert reply.status_code == status, reply.text
+    assert len(handed_over) == 1
+
+
 @pytest.mark.parametrize(
     ("body", "headers", "status"),
     [
         ({"text": "   "}, {}, 400),  # NLC: text must not be empty
-        ({"text": "x" * 2000}, {}, 400),  # over max_text_chars
+        ({"text": "x" * 2049}, {}, 400),  # over max_classify_chars
         ({"txt": "rain"}, {}, 400),
         (None, {"content-type": "text/plain"}, 400),
         (None, {"Authorization": "Bearer taas_not-a-key"}, 401),

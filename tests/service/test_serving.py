@@ -53,6 +53,53 @@ def test_classify_collection_answers_each_text(client: TestClient, tenant: Any, 
     assert all(set(item) == {"text", "top_class", "classes"} for item in collection)
 
 
+def test_classify_by_query_answers_as_the_json_body_does(
+    client: TestClient, tenant: Any, available: str
+) -> None:
+    # NLC v1 took GET .../classify?text= besides the JSON body; clients of its time use it.
+    text = "will it rain & snow? 100%"
+
+    by_query = client.get(
+        f"/v1/classifiers/{available}/classify", params={"text": text}, headers=tenant.headers
+    )
+    by_body = client.post(
+        f"/v1/classifiers/{available}/classify", json={"text": text}, headers=tenant.headers
+    )
+
+    assert by_query.status_code == 200, by_query.text
+    assert by_query.json() == by_body.json()
+    assert by_query.json()["text"] == text
+
+
+@pytest.mark.parametrize(
+    ("params", "description"),
+    [
+        ({}, "query.text: Field required"),
+        ({"text": "  "}, "text: text must not be empty"),
+        ({"text": "x" * 2049}, "text: text has 2049 characters; the limit is 2048 (max_classify_chars)"),
+    ],
+)
+def test_classify_by_query_keeps_nlcs_rules(
+    client: TestClient, tenant: Any, available: str, params: dict[str, str], description: str
+) -> None:
+    reply = client.get(f"/v1/classifiers/{available}/classify", params=params, headers=tenant.headers)
+
+    assert reply.status_code == 400
+    assert reply.json()["description"] == description
+
+
+def test_a_classify_text_may_be_as_long_as_nlcs_2048_characters(
+    client: TestClient, tenant: Any, available: str
+) -> None:
+    # NLC took training texts of 1,024 characters and classify texts of 2,048.
+    text = ("rain " * 410)[:2048]
+
+    reply = client.post(f"/v1/classifiers/{available}/classify", json={"text": text}, headers=tenant.headers)
+
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["text"] == text
+
+
 def test_available_classifier_reports_metrics(client: TestClient, tenant: Any, available: str) -> None:
     body = client.get(f"/v1/classifiers/{available}", headers=tenant.headers).json()
 

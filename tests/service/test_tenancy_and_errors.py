@@ -148,7 +148,7 @@ def test_unexpected_exception_is_500_nlc_body(settings_factory: Callable[..., Se
     ("texts", "fragment"),
     [
         (["fine", ""], "collection.1.text: text must not be empty"),
-        (["x" * 1025], "collection.0.text: text has 1025 characters; the limit is 1024"),
+        (["x" * 2049], "collection.0.text: text has 2049 characters; the limit is 2048 (max_classify_chars)"),
         ([f"t{i}" for i in range(31)], "max_collection"),
     ],
 )

@@ -2,13 +2,15 @@
 
 ``async`` routes: the caller, rate and classifier come from the lookup cache or one
 worker-thread hop (:data:`ServingDep`); the model is loaded and run off the event loop
-(``service.serving``). A classify call whose every need is in memory is answered before
-routing, with this module's reply, by :mod:`service.api.fast_classify`.
+(``service.serving``). A ``POST`` classify call whose every need is in memory is answered
+before routing, with this module's reply, by :mod:`service.api.fast_classify`.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
 from pydantic_core import to_json
 
 from service import serving
@@ -33,6 +35,17 @@ async def classify(request: Request, target: ServingDep, body: ClassifyInput) ->
     return await _answer(request, target, body)
 
 
+@router.get("/{classifier_id}/classify", response_model=Classification)
+async def classify_query(
+    request: Request,
+    target: ServingDep,
+    text: Annotated[str, Query(description="The text to classify (NLC v1's GET form of classify).")],
+) -> Response:
+    """Classify one text sent as the query parameter ``text``, as NLC v1 allowed besides the
+    JSON body (``curl -G --data-urlencode text=...``); the same rules and reply as ``POST``."""
+    return await _answer(request, target, ClassifyInput(text=text))
+
+
 @router.post("/{classifier_id}/classify_collection", response_model=ClassificationCollection)
 async def classify_collection(
     request: Request, target: ServingDep, body: ClassifyCollectionInput
@@ -48,13 +61,13 @@ def texts_of(body: ClassifyBody, settings: Settings) -> list[str]:
     """The texts a classify or classify_collection body asks about, checked by NLC's rules
     (BadRequest naming the field)."""
     if isinstance(body, ClassifyInput):
-        return serving.check_texts([body.text], fields=["text"], max_chars=settings.max_text_chars)
+        return serving.check_texts([body.text], fields=["text"], max_chars=settings.max_classify_chars)
     limit = settings.max_collection
     if not 1 <= len(body.collection) <= limit:
         raise BadRequest("collection", f"must hold 1 to {limit} texts (max_collection)")
     texts = [item.text for item in body.collection]
     fields = [f"collection.{i}.text" for i in range(len(texts))]
-    return serving.check_texts(texts, fields=fields, max_chars=settings.max_text_chars)
+    return serving.check_texts(texts, fields=fields, max_chars=settings.max_classify_chars)
 
 
 def reply_json(

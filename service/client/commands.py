@@ -119,6 +119,31 @@ def upload_dataset(
     out.print(f"dataset {dataset['dataset_id']}: {dataset['rows']} rows, {dataset['classes']} classes")
 
 
+@datasets.command("list")
+@_one_line_errors
+def list_datasets(as_json: bool = JSON_OPTION) -> None:
+    """Your stored datasets (the data of an NLC create is its classifier's, not listed)."""
+    with _api() as api:
+        found = api.call("GET", "/v1/datasets")["datasets"]
+    if as_json:
+        return _print_json(found)
+    table = _table("id", "name", "rows", "classes", "created")
+    for d in found:
+        table.add_row(d["dataset_id"], d["name"], str(d["rows"]), str(d["classes"]), d["created"])
+    out.print(table)
+
+
+@datasets.command("delete")
+@_one_line_errors
+def delete_dataset(dataset_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION) -> None:
+    """Delete a dataset (refused while a classifier may still train on it)."""
+    with _api() as api:
+        reply = api.call("DELETE", f"/v1/datasets/{dataset_id}")
+    if as_json:
+        return _print_json(reply)
+    out.print(f"deleted dataset {dataset_id}")
+
+
 @_one_line_errors
 def train(
     file: Path = typer.Argument(
@@ -148,11 +173,7 @@ def train(
         if not as_json:
             out.print(f"classifier {created['classifier_id']} ({name}) is training")
         path = f"/v1/classifiers/{created['classifier_id']}"
-        final = _follow(api, path, show=not as_json) if wait else created
-    if as_json:
-        _print_json(final)
-    if wait:
-        _ended(final, f"classifier {final['classifier_id']}", quiet=as_json)
+        _settle(api, path, created, f"classifier {created['classifier_id']}", wait=wait, as_json=as_json)
 
 
 @_one_line_errors
@@ -248,12 +269,30 @@ def delete_classifier(
 def cancel_classifier(
     classifier_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION
 ) -> None:
-    """Stop a training and keep its checkpoint (the API's resume continues it)."""
+    """Stop a training and keep its checkpoint (`taas classifiers resume` continues it)."""
     with _api() as api:
         reply = api.call("POST", f"/v1/classifiers/{classifier_id}/cancel")
     if as_json:
         return _print_json(reply)
     out.print(f"{classifier_id}: {reply['status']}")
+
+
+@classifiers.command("resume")
+@_one_line_errors
+def resume_classifier(
+    classifier_id: str = typer.Argument(..., metavar="ID"),
+    wait: bool = typer.Option(
+        False, "--wait", help="Follow the training to its end; exit 1 unless Available."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Continue a cancelled training from its last checkpoint."""
+    path = f"/v1/classifiers/{classifier_id}"
+    with _api() as api:
+        resumed = api.call("POST", f"{path}/resume")
+        if not as_json:
+            out.print(f"{classifier_id}: {resumed['status']}")
+        _settle(api, path, resumed, f"classifier {classifier_id}", wait=wait, as_json=as_json)
 
 
 @classifiers.command("versions")
@@ -302,11 +341,7 @@ def retrain(
         label = f"version {created['version']} of {classifier_id}"
         if not as_json:
             out.print(f"{label} is training")
-        final = _follow(api, f"{versions}/{created['version']}", show=not as_json) if wait else created
-    if as_json:
-        _print_json(final)
-    if wait:
-        _ended(final, label, quiet=as_json)
+        _settle(api, f"{versions}/{created['version']}", created, label, wait=wait, as_json=as_json)
 
 
 @classifiers.command("promote")
@@ -389,6 +424,17 @@ def _is_labelled(file: Path) -> bool:
     except (OSError, UnicodeDecodeError) as error:
         raise ClientError(f"cannot read {file}: {error}") from None
     return {"text", "label"} <= {cell.strip().lower() for cell in header}
+
+
+def _settle(api: Api, path: str, started: Any, label: str, *, wait: bool, as_json: bool) -> None:
+    """After a training starts (``started``: the API's reply): with ``wait``, follow the
+    classifier or version at ``path`` to its end and exit 1 unless it is Available; with
+    ``as_json``, print its last state."""
+    final = _follow(api, path, show=not as_json) if wait else started
+    if as_json:
+        _print_json(final)
+    if wait:
+        _ended(final, label, quiet=as_json)
 
 
 def _follow(api: Api, path: str, *, show: bool) -> Any:

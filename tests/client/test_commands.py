@@ -97,6 +97,14 @@ def test_admin_and_tenant_work_through_the_client(
     assert started["status"] == "Training"  # type: ignore[index]
     cancelled = taas("classifiers", "cancel", started["classifier_id"])  # type: ignore[index]
     assert cancelled.exit_code == 0 and "Unavailable" in cancelled.stdout
+    # … and resume it from its checkpoint, following it to its end
+    resumed = _json(taas("classifiers", "resume", started["classifier_id"], "--wait", "--json"))  # type: ignore[index]
+    assert resumed["status"] == "Available"  # type: ignore[index]
+    # datasets: the uploaded one is listed, whole id and all, and can be deleted
+    assert dataset["dataset_id"] in {d["dataset_id"] for d in _json(taas("datasets", "list", "--json"))}  # type: ignore[union-attr, index]
+    assert dataset["dataset_id"] in taas("datasets", "list").stdout  # type: ignore[index]
+    assert taas("datasets", "delete", dataset["dataset_id"]).exit_code == 0  # type: ignore[index]
+    assert dataset["dataset_id"] not in {d["dataset_id"] for d in _json(taas("datasets", "list", "--json"))}  # type: ignore[union-attr, index]
     # a tenant is not the admin
     denied = taas("tenants", "list")
     assert denied.exit_code == 1 and denied.stderr.startswith("error: 403 Forbidden:")

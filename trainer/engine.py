@@ -58,6 +58,7 @@ from trainer.evaluate import (
     multilabel_report,
 )
 from trainer.features import Bags, Featurizer, FeaturizerConfig
+from trainer.folds import FoldRuns
 from trainer.hparams import DEFAULT_HPARAMS, HParams
 from trainer.inference import LoadedModel, bag_tensors, save_model
 from trainer.model import ModelConfig, TextClassifier
@@ -493,10 +494,14 @@ def _train(
     # Learner processes start now, so their start-up overlaps featurisation.
     processes = ProcessPool(learners, default_stripes(learners)) if learners > 1 and not on_cuda else None
     pool: InProcessPool | ProcessPool | StreamPool | GraphPool | None = processes
+    folds: FoldRuns[_FoldLogits] | None = None
     try:
         early = ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, learners)
         early.report("preparing", epoch=1, step=0, loss=None, checkpoints=0, resumed=0)
         prepared = _prepare(data, hparams, fingerprint)
+        cross_fitting = cross_fit and prepared.validation_bags is None and hparams.cross_fit_folds > 1
+        if cross_fitting:  # the fold models train beside the final one (trainer.folds)
+            folds = _start_folds(data, prepared.labels, hparams)
         model = TextClassifier(
             ModelConfig(
                 rows=prepared.featurizer.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)
@@ -551,26 +556,30 @@ def _train(
             ps, pool, state, hparams, prepared, workdir, on_progress, should_stop, session_start
         )
         session.run(model)
-        cross_fitting = cross_fit and prepared.validation_bags is None and hparams.cross_fit_folds > 1
-        if cross_fitting:  # a stop while the folds train resumes here, not from mid-training
+        if folds is not None:  # a stop while the folds train resumes here, not from mid-training
             session.save_checkpoint()
-    finally:
         codes = pool.close() if pool is not None else None
-    if any(code not in (0, None) for code in codes or []):
-        raise TrainerError(f"a learner exited abnormally at shutdown (exit codes {codes})")
+        pool = None
+        if any(code not in (0, None) for code in codes or []):
+            raise TrainerError(f"a learner exited abnormally at shutdown (exit codes {codes})")
 
-    session.report("evaluating")
-    if state.best_weights is not None:
-        model.load_state_dict(state.best_weights)
-    model.cpu()  # CUDA: evaluate and save from host memory (a no-op on CPU)
-    try:
-        logits, targets, evaluated_on = (
-            _cross_fit(data, prepared.labels, hparams, should_stop)
-            if cross_fitting
-            else _held_out(model, prepared)
-        )
-    except TrainingStopped:
-        raise TrainingStopped(ps.version(), state.last_checkpoint) from None
+        session.report("evaluating")
+        if state.best_weights is not None:
+            model.load_state_dict(state.best_weights)
+        model.cpu()  # CUDA: evaluate and save from host memory (a no-op on CPU)
+        try:
+            logits, targets, evaluated_on = (
+                _cross_fit(data, prepared.labels, folds, should_stop)
+                if folds is not None
+                else _held_out(model, prepared)
+            )
+        except TrainingStopped:
+            raise TrainingStopped(ps.version(), state.last_checkpoint) from None
+    finally:
+        if pool is not None:
+            pool.close()
+        if folds is not None:
+            folds.close()
     metrics, temperature, threshold = (
         _multilabel_metrics(logits, targets, prepared.labels, evaluated_on)
         if prepared.multi_label
@@ -723,54 +732,74 @@ def _held_out(model: TextClassifier, prepared: _Prepared) -> tuple[np.ndarray, n
     return _logits(model, bags).numpy(), targets, evaluated_on
 
 
-def _cross_fit(
-    data: TrainingData, labels: list[str], hparams: HParams, should_stop: Callable[[], bool]
-) -> tuple[np.ndarray, np.ndarray, str]:
-    """Out-of-fold logits of every example, for data too small to hold a validation split out.
+_FoldLogits = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
+def _start_folds(data: TrainingData, labels: list[str], hparams: HParams) -> FoldRuns[_FoldLogits]:
+    """Start training the fold models of _cross_fit, one process per core at most (trainer.folds).
 
     Each of ``cross_fit_folds`` stratified folds is scored by a model trained exactly like
     the final one (same hparams, same fixed update budget) on the other folds, with K = 1
-    and without checkpoints: about five times the final model's training time, which on
-    data this small is seconds (the budget is fixed, so the time is bounded too). The
-    fold models are a little weaker than the final one (80 % of the data), so the metrics
+    and without checkpoints: about five times the final model's training work, which on
+    data this small is seconds (the budget is fixed, so the time is bounded too), spread
+    over the node's cores.
+    """
+    folds = stratified_folds(data.strata, hparams.cross_fit_folds, hparams.seed)
+    quiet = HParams.from_dict(
+        {**hparams.as_dict(), "checkpoint_every_updates": 1 << 62, "checkpoint_every_seconds": math.inf}
+    )
+    run = partial(_fold_logits, data, folds, labels, quiet)
+    return FoldRuns(run, hparams.cross_fit_folds, default_learners())
+
+
+def _fold_logits(
+    data: TrainingData, folds: np.ndarray, labels: list[str], hparams: HParams, fold: int
+) -> _FoldLogits:
+    """(held-out rows, their logits' columns, logits) of the model trained without ``fold``;
+    no columns or logits when no model can be trained without it (its scores are uniform)."""
+    held = np.flatnonzero(folds == fold)
+    fold_data = data.subset(np.flatnonzero(folds != fold))
+    if len(held) == 0 or len(fold_data.classes) < 2:
+        return held, None, None
+    with tempfile.TemporaryDirectory(prefix="taas-fold-") as tmp:
+        _train(
+            fold_data,
+            workdir=Path(tmp) / "work",
+            out_dir=Path(tmp) / "model",
+            hparams=hparams,
+            learners=1,
+            on_progress=lambda p: None,
+            should_stop=lambda: False,
+            device=torch.device("cpu"),
+            cross_fit=False,
+        )
+        fold_model = LoadedModel.load(Path(tmp) / "model")
+    held_bags = fold_model.featurizer.transform([data.texts[i] for i in held])
+    with torch.no_grad():
+        fold_logits = fold_model.model(*bag_tensors(held_bags)).numpy().astype(np.float64)
+    column = {label: i for i, label in enumerate(labels)}
+    return held, np.array([column[label] for label in fold_model.labels]), fold_logits
+
+
+def _cross_fit(
+    data: TrainingData, labels: list[str], folds: FoldRuns[_FoldLogits], should_stop: Callable[[], bool]
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Out-of-fold logits of every example, for data too small to hold a validation split out,
+    from the fold models that _start_folds started.
+
+    The fold models are a little weaker than the final one (80 % of the data), so the metrics
     err on the low side and the temperature on the cautious one. A class a fold model never
     saw gets -inf logits: its held-out example counts as an error and is left out of the
     temperature fit. A stop request raises TrainingStopped (the caller points it at the
     final model's checkpoint, from where the folds run again).
     """
-    folds = stratified_folds(data.strata, hparams.cross_fit_folds, hparams.seed)
-    column = {label: i for i, label in enumerate(labels)}
-    targets = _targets(data, labels)
     logits = np.full((len(data), len(labels)), -np.inf)
-    quiet = HParams.from_dict(
-        {**hparams.as_dict(), "checkpoint_every_updates": 1 << 62, "checkpoint_every_seconds": math.inf}
-    )
-    for fold in range(hparams.cross_fit_folds):
-        held = np.flatnonzero(folds == fold)
-        kept = np.flatnonzero(folds != fold)
-        fold_data = data.subset(kept)
-        if len(held) == 0 or len(fold_data.classes) < 2:
+    for held, columns, fold_logits in folds.results(should_stop):
+        if columns is None:
             logits[held] = 0.0  # no model can be trained without this fold: uniform scores
-            continue
-        with tempfile.TemporaryDirectory(prefix="taas-fold-") as tmp:
-            _train(
-                fold_data,
-                workdir=Path(tmp) / "work",
-                out_dir=Path(tmp) / "model",
-                hparams=quiet,
-                learners=1,
-                on_progress=lambda p: None,
-                should_stop=should_stop,
-                device=torch.device("cpu"),
-                cross_fit=False,
-            )
-            fold_model = LoadedModel.load(Path(tmp) / "model")
-        held_bags = fold_model.featurizer.transform([data.texts[i] for i in held])
-        with torch.no_grad():
-            fold_logits = fold_model.model(*bag_tensors(held_bags)).numpy().astype(np.float64)
-        columns = np.array([column[label] for label in fold_model.labels])
-        logits[np.ix_(held, columns)] = fold_logits
-    return logits, targets, "cross-validation"
+        else:
+            logits[np.ix_(held, columns)] = fold_logits
+    return logits, _targets(data, labels), "cross-validation"
 
 
 def _final_metrics(

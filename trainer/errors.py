@@ -26,6 +26,9 @@ class InvalidTrainingData(TrainerError):
         self.row = row
         self.rule = rule
 
+    def __reduce__(self) -> tuple[type, tuple[int, str]]:  # pickled by its fields (trainer.folds)
+        return type(self), (self.row, self.rule)
+
 
 class CheckpointCorrupt(TrainerError):
     """A checkpoint or model file exists but none is usable (bad checksum, torn write, bad format)."""
@@ -39,6 +42,9 @@ class TrainingStopped(TrainerError):
         self.applied_updates = applied_updates
         self.checkpoint = checkpoint
 
+    def __reduce__(self) -> tuple[type, tuple[int, str | None]]:
+        return type(self), (self.applied_updates, self.checkpoint)
+
 
 class NonFiniteLoss(TrainerError):
     """The training loss became NaN or infinite at update ``step``."""
@@ -47,3 +53,6 @@ class NonFiniteLoss(TrainerError):
         super().__init__(f"non-finite training loss {loss} at update {step}")
         self.step = step
         self.loss = loss
+
+    def __reduce__(self) -> tuple[type, tuple[int, float]]:
+        return type(self), (self.step, self.loss)

@@ -81,15 +81,16 @@ def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
 
     def kill_a_learner(progress: Progress) -> None:
         if not killed and progress.phase == "training" and progress.step >= 120:
-            learner = multiprocessing.active_children()[0]
-            os.kill(learner.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            learners = [p for p in multiprocessing.active_children() if p.name.startswith("taas-learner-")]
+            os.kill(learners[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
             killed.append(progress.step)
 
     result = train(
         small_data,
         workdir=tmp_path / "w",
         out_dir=tmp_path / "m",
-        hparams=dataclasses.replace(fixed_plan, staleness_bound=bound),
+        # no fold processes (trainer.folds) beside the learners: this is about the learners
+        hparams=dataclasses.replace(fixed_plan, staleness_bound=bound, cross_fit_folds=0),
         learners=learners,
         on_progress=kill_a_learner,
     )

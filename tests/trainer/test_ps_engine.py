@@ -19,6 +19,7 @@ from trainer.data import LabelledData
 from trainer.engine import Progress, auto_learners, default_learners, train
 from trainer.errors import TrainingStopped
 from trainer.hparams import HParams
+from trainer.ps.pool import ProcessPool
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -100,6 +101,39 @@ def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
     expected = planned_updates(len(small_data), fixed_plan, learners)
     assert result.applied_updates == expected
     assert result.ps["applied"] == result.ps["pushed"] == expected
+
+
+@pytest.mark.slow
+def test_a_learner_killed_after_the_last_round_costs_the_job_nothing(
+    tmp_path: Path,
+    small_data: LabelledData,
+    fixed_plan: HParams,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every learner has parked and the slots are drained when the pool closes: a learner
+    lost then (the OOM killer, a kill) leaves complete parameters, so the job finishes."""
+    close = ProcessPool.close
+
+    def kill_one_then_close(pool: ProcessPool) -> list[int | None]:
+        victim = pool.procs[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(timeout=10)
+        return close(pool)
+
+    monkeypatch.setattr(ProcessPool, "close", kill_one_then_close)
+    result = train(
+        small_data,
+        workdir=tmp_path / "w",
+        out_dir=tmp_path / "m",
+        hparams=dataclasses.replace(fixed_plan, cross_fit_folds=0),
+        learners=2,
+    )
+    expected = planned_updates(len(small_data), fixed_plan, 2)
+    assert result.applied_updates == result.ps["applied"] == result.ps["pushed"] == expected
+    assert result.resumed == 0 and result.ps["respawns"] == 0
+    assert (tmp_path / "m" / "weights.pt").is_file()
+    assert f"exit codes [{-signal.SIGKILL}, 0]" in caplog.text
 
 
 @pytest.mark.slow

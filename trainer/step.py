@@ -85,11 +85,19 @@ class TextClassifierTask:
     """Gradients of the TextClassifier against parameters held by a ParameterServer.
 
     The pull is zero-copy: the forward reads the touched embedding rows and the dense layer in
-    place, through leaf views of the server's tensors (in shared memory, gathering rows into a
+    place, through views of the server's tensors (in shared memory, gathering rows into a
     local copy first measured 1.1-2x slower per step: the same cache misses, plus a copy). The
     push is sparse: the embedding's gradient is just the touched rows. ``unique_rows``
     coalesces them (sorted unique rows, duplicates summed), which a lazy per-row optimizer
     (Adam) needs; a linear one (SGD) applies duplicates with one ``index_add_`` and skips it.
+
+    The gradient is written out in closed form, not by autograd: the model is one embedding
+    bag and one linear layer, so the gradient at the logits (``softmax - one-hot`` times each
+    example's share of the loss; multi-label: ``sigmoid - multi-hot`` over the batch size)
+    gives the output layer's by one product and each id's row by its bag's gradient times the
+    id's weight. Autograd's graph, engine and sparse tensor cost a third of a step's compute
+    on the small batches a service trains with (benchmarks/step_bench.py, docs/benchmarks.md);
+    trainer.ps.graph.sgd_step writes the same gradient fused with its apply on CUDA.
 
     ``multi_label``: one sigmoid per class, trained with ``multi_label_loss`` against multi-hot
     targets; otherwise a softmax trained with cross-entropy against class ids, each example
@@ -104,13 +112,8 @@ class TextClassifierTask:
         self.class_weights = class_weights
 
     def attach(self, params: list[torch.Tensor]) -> None:
-        """Bind to the server's tensors as leaf views autograd may differentiate (no copies).
-
-        ``.data``, not ``.detach()``: a view with a version counter of its own. CUDA learners
-        are threads sharing the server's tensor objects, so another learner's in-place apply
-        between this one's forward and backward would bump a shared counter and fail the
-        backward; the read is Hogwild's either way (docs/parameter-server.md, the pull)."""
-        self.table, *self.dense = [p.data.requires_grad_(True) for p in params]
+        """Bind to the server's tensors (read in place: the pull is Hogwild's, docs/parameter-server.md)."""
+        self.table, *self.dense = params
         if self.class_weights is not None:
             self.class_weights = self.class_weights.to(self.table.device)
 
@@ -118,20 +121,37 @@ class TextClassifierTask:
         """Nothing to copy: the forward reads the rows in place (0 bytes moved)."""
         return None, 0
 
+    @torch.no_grad()
     def compute(self, pulled: None, batch: Batch) -> tuple[float, Gradient]:
         """Mean (binary) cross-entropy of ``batch`` and its gradient in push form."""
         weight, bias = self.dense
-        hidden = F.embedding_bag(
-            batch.ids, self.table, batch.offsets, mode="sum", per_sample_weights=batch.weights, sparse=True
-        )
+        ids, offsets, id_weights = batch.ids, batch.offsets, batch.weights
+        hidden = F.embedding_bag(ids, self.table, offsets, mode="sum", per_sample_weights=id_weights)
         logits = F.linear(hidden, weight, bias)
         if self.multi_label:
             loss = multi_label_loss(logits, batch.targets)
+            grad = torch.sigmoid(logits).sub_(batch.targets.to(logits.dtype)).div_(len(batch))
         else:
-            loss = F.cross_entropy(logits, batch.targets, weight=self.class_weights)
-        rows_grad, weight_grad, bias_grad = torch.autograd.grad(loss, [self.table, weight, bias])
-        if self.unique_rows:
-            rows_grad = rows_grad.coalesce()
-        return float(loss.detach()), Gradient(
-            rows_grad._indices()[0], [rows_grad._values(), weight_grad, bias_grad]
+            targets = batch.targets
+            log_p = torch.log_softmax(logits, 1)
+            loss = F.nll_loss(log_p, targets, weight=self.class_weights)
+            if self.class_weights is None:
+                shares = torch.full((len(batch), 1), 1.0 / len(batch), device=logits.device)
+            else:
+                weights = self.class_weights.index_select(0, targets)
+                shares = weights.div_(weights.sum()).unsqueeze_(1)
+            # softmax x share, less the share at the target: (softmax - one-hot) x share
+            grad = log_p.exp_().mul_(shares).scatter_add_(1, targets.unsqueeze(1), shares.neg())
+        weight_grad, bias_grad = grad.t() @ hidden, grad.sum(0)
+        count = ids.numel()
+        lengths = torch.diff(offsets, append=offsets.new_full((1,), count))
+        # each id's row: its bag's gradient at the hidden layer times the id's weight
+        rows_grad = (
+            (grad @ weight).repeat_interleave(lengths, 0, output_size=count).mul_(id_weights.unsqueeze(1))
         )
+        if self.unique_rows:
+            coalesced = torch.sparse_coo_tensor(
+                ids.unsqueeze(0), rows_grad, self.table.shape, check_invariants=False
+            ).coalesce()
+            ids, rows_grad = coalesced.indices()[0], coalesced.values()
+        return float(loss), Gradient(ids, [rows_grad, weight_grad, bias_grad])

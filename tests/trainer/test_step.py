@@ -1,0 +1,84 @@
+"""TextClassifierTask's closed-form gradient against autograd's on the same model and batch.
+
+The learner step writes the gradient out by hand (trainer.step); ``AutogradTask``
+(benchmarks/step_bench.py, the step as it was and the benchmark's baseline) differentiates
+the same forward by autograd. Batches come from hypothesis: empty bags, ids repeated within
+and across bags, any class weights, single- and multi-label targets, coalesced (Adam) or raw
+(SGD) rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.step_bench import AutogradTask
+from trainer.features import Bags
+from trainer.step import Batch, TextClassifierTask
+
+TABLE, DIM = 13, 6
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[Bags, np.ndarray, int, bool, np.ndarray | None]:
+    classes = draw(st.integers(2, 5))
+    lengths = draw(st.lists(st.integers(0, 7), min_size=1, max_size=6))
+    count = sum(lengths)
+    ids = draw(st.lists(st.integers(0, TABLE - 1), min_size=count, max_size=count))
+    weights = draw(st.lists(st.floats(0.0625, 2.0, width=32), min_size=count, max_size=count))
+    multi_label = draw(st.booleans())
+    targets = (
+        np.array(
+            draw(
+                st.lists(
+                    st.lists(st.integers(0, 1), min_size=classes, max_size=classes),
+                    min_size=len(lengths),
+                    max_size=len(lengths),
+                )
+            ),
+            dtype=np.uint8,
+        )
+        if multi_label
+        else np.array(
+            draw(st.lists(st.integers(0, classes - 1), min_size=len(lengths), max_size=len(lengths)))
+        )
+    )
+    class_weights = (
+        None
+        if multi_label or draw(st.booleans())
+        else np.array(draw(st.lists(st.floats(0.125, 8.0, width=32), min_size=classes, max_size=classes)))
+    )
+    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    bags = Bags(np.array(ids, dtype=np.int64), np.array(weights, dtype=np.float32), offsets)
+    return bags, targets, classes, multi_label, class_weights
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=_cases(), unique_rows=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_closed_form_gradient_is_autograds(
+    case: tuple[Bags, np.ndarray, int, bool, np.ndarray | None], unique_rows: bool, seed: int
+) -> None:
+    bags, targets, classes, multi_label, class_weights = case
+    generator = torch.Generator().manual_seed(seed)
+    params = [torch.randn(TABLE, DIM, generator=generator), torch.randn(classes, DIM, generator=generator)]
+    params.append(torch.randn(classes, generator=generator))
+    weights = None if class_weights is None else torch.from_numpy(class_weights).float()
+    batch = Batch.of(bags, targets)
+    closed_form, autograd = (
+        kind(unique_rows=unique_rows, multi_label=multi_label, class_weights=weights)
+        for kind in (TextClassifierTask, AutogradTask)
+    )
+    closed_form.attach(params)
+    autograd.attach([p.clone() for p in params])
+
+    loss, gradient = closed_form.compute(None, batch)
+    expected_loss, expected = autograd.compute(None, batch)
+
+    assert np.isclose(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    assert torch.equal(gradient.rows, expected.rows)  # unique_rows: sorted, each once; else the ids
+    assert len(gradient.rows) == len(gradient.values[0])
+    for got, want in zip(gradient.values, expected.values, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert all(param.grad is None and not param.requires_grad for param in params)  # nothing written

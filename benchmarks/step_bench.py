@@ -39,6 +39,7 @@ import trainer.engine
 from trainer import read_labelled_csv
 from trainer.hparams import DEFAULT_HPARAMS
 from trainer.model import ModelConfig, TextClassifier
+from trainer.ps.learner import batches
 from trainer.ps.server import Gradient
 from trainer.step import Batch, DataCursor, TextClassifierTask, model_parameters, multi_label_loss
 
@@ -92,15 +93,16 @@ def step_us(folder: Path, steps: int, rounds: int) -> dict[str, float]:
     data = read_labelled_csv(folder / "train.csv")
     prepared = trainer.engine._prepare(data, hparams, "bench")
     rows = len(prepared.train_targets)
-    batches: list[Batch] = []
+    walked: list[Batch] = []
     epoch = 1
-    while len(batches) < steps:  # epochs in a row, as the job walks them
+    while len(walked) < steps:  # epochs in a row, as the job walks them
         order = DataCursor(epoch=epoch, seed=hparams.seed).shard(rows, 0, 1)
-        for start in range(0, rows, hparams.batch_size):
-            chosen = order[start : start + hparams.batch_size]
-            batches.append(Batch.of(prepared.train_bags.select(chosen), prepared.train_targets[chosen]))
+        walked.extend(
+            batch
+            for batch, _ in batches(prepared.train_bags, prepared.train_targets, order, 0, hparams.batch_size)
+        )
         epoch += 1
-    batches = batches[:steps]
+    walked = walked[:steps]
     model = TextClassifier(
         ModelConfig(rows=prepared.featurizer.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)),
         generator=torch.Generator().manual_seed(hparams.seed),
@@ -114,7 +116,7 @@ def step_us(folder: Path, steps: int, rounds: int) -> dict[str, float]:
             task = task_type(unique_rows=False, class_weights=prepared.class_weights)
             task.attach(params)
             start = time.perf_counter()
-            for batch in batches:
+            for batch in walked:
                 task.compute(None, batch)
             best[name] = min(best[name], (time.perf_counter() - start) / steps * 1e6)
     return best

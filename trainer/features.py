@@ -120,6 +120,12 @@ class Bags:
         positions = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
         return Bags(self.ids[positions], self.weights[positions], offsets)
 
+    def slice(self, start: int, stop: int) -> Bags:
+        """Bags ``start`` to ``stop - 1`` as views of these (no copy), offsets from 0."""
+        first = int(self.offsets[start])
+        end = int(self.offsets[stop]) if stop < len(self.offsets) else len(self.ids)
+        return Bags(self.ids[first:end], self.weights[first:end], self.offsets[start:stop] - first)
+
 
 def tokenize(text: str) -> tuple[list[str], list[str]]:
     """A text's words (for word n-grams) and tokens (for character n-grams): lower-cased NFKC

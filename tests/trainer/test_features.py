@@ -60,6 +60,17 @@ def test_select_gathers_bags_in_the_requested_order() -> None:
     assert np.allclose(picked.weights, again.weights)
 
 
+@pytest.mark.parametrize(("start", "stop"), [(0, 4), (1, 3), (3, 4), (0, 1)])
+def test_slice_is_the_select_of_a_range_without_a_copy(start: int, stop: int) -> None:
+    bags = Featurizer.fit(TEXTS, FeaturizerConfig()).transform([*TEXTS, ""])  # the last bag empty
+
+    sliced, selected = bags.slice(start, stop), bags.select(np.arange(start, stop))
+
+    for field in ("ids", "offsets", "weights"):
+        assert np.array_equal(getattr(sliced, field), getattr(selected, field)), field
+    assert np.shares_memory(sliced.ids, bags.ids) or len(sliced.ids) == 0
+
+
 def _bucket_counts(text: str, config: FeaturizerConfig) -> list[Counter[int]]:
     """Per group (word n-grams, then character n-grams), each bucket's count in ``text``, by
     the definition: every n-gram hashed on its own."""

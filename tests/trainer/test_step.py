@@ -1,4 +1,5 @@
-"""TextClassifierTask's closed-form gradient against autograd's on the same model and batch.
+"""The learner step's inputs and gradient: mini-batches as the learner walks its shard, and
+TextClassifierTask's closed-form gradient against autograd's on the same model and batch.
 
 The learner step writes the gradient out by hand (trainer.step); ``AutogradTask``
 (benchmarks/step_bench.py, the step as it was and the benchmark's baseline) differentiates
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from benchmarks.step_bench import AutogradTask
 from trainer.features import Bags
+from trainer.ps.learner import batches
 from trainer.step import Batch, TextClassifierTask
 
 TABLE, DIM = 13, 6
@@ -82,3 +84,35 @@ def test_the_closed_form_gradient_is_autograds(
     for got, want in zip(gradient.values, expected.values, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert all(param.grad is None and not param.requires_grad for param in params)  # nothing written
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 5), min_size=1, max_size=40),
+    batch_size=st.integers(1, 7),
+    chunk=st.integers(1, 4),
+    start_share=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**16),
+)
+def test_chunked_batches_are_each_batchs_own_select(
+    lengths: list[int], batch_size: int, chunk: int, start_share: float, seed: int
+) -> None:
+    """trainer.ps.learner.batches gathers a chunk of mini-batches at once and slices it: each
+    batch and the position after it must be what a select of that batch alone gives."""
+    count = sum(lengths)
+    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    bags = Bags(np.arange(count, dtype=np.int64), np.linspace(0.1, 1.0, count, dtype=np.float32), offsets)
+    targets = np.arange(len(lengths)) % 3
+    shard = np.random.default_rng(seed).permutation(len(lengths))[::2]
+    start = int(start_share * len(shard))
+
+    walked = list(batches(bags, targets, shard, start, batch_size, chunk))
+
+    expected_ends = [
+        min(end, len(shard)) for end in range(start + batch_size, len(shard) + batch_size, batch_size)
+    ]
+    assert [end for _, end in walked] == expected_ends
+    for (batch, end), begin in zip(walked, range(start, len(shard), batch_size), strict=True):
+        alone = Batch.of(bags.select(shard[begin:end]), targets[shard[begin:end]])
+        for field in ("ids", "offsets", "weights", "targets"):
+            assert torch.equal(getattr(batch, field), getattr(alone, field)), field

@@ -38,7 +38,6 @@ import torch.nn.functional as F
 import trainer.engine
 from trainer import read_labelled_csv
 from trainer.hparams import DEFAULT_HPARAMS
-from trainer.model import ModelConfig, TextClassifier
 from trainer.ps.learner import batches
 from trainer.ps.server import Gradient
 from trainer.step import Batch, DataCursor, TextClassifierTask, model_parameters, multi_label_loss
@@ -103,13 +102,7 @@ def step_us(folder: Path, steps: int, rounds: int) -> dict[str, float]:
         )
         epoch += 1
     walked = walked[:steps]
-    model = TextClassifier(
-        ModelConfig(rows=prepared.featurizer.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)),
-        generator=torch.Generator().manual_seed(hparams.seed),
-        embedding_init=hparams.embedding_init,
-        output_init=hparams.output_init,
-    )
-    params = [p.detach() for p, _ in model_parameters(model)]
+    params = [p.detach() for p, _ in model_parameters(trainer.engine._initial_model(prepared, hparams))]
     best = dict.fromkeys(TASKS, float("inf"))
     for _ in range(rounds):
         for name, task_type in TASKS.items():

@@ -194,6 +194,16 @@ def _prepare(data: TrainingData, hparams: HParams, fingerprint: str) -> _Prepare
     )
 
 
+def _initial_model(prepared: _Prepared, hparams: HParams) -> TextClassifier:
+    """The model a training starts from, seeded (a checkpoint, if any, is restored over it)."""
+    return TextClassifier(
+        ModelConfig(rows=prepared.featurizer.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)),
+        generator=torch.Generator().manual_seed(hparams.seed),
+        embedding_init=hparams.embedding_init,
+        output_init=hparams.output_init,
+    )
+
+
 def _class_weights(targets: np.ndarray, classes: int, balance: float) -> torch.Tensor | None:
     """The single-label loss's class weights, ``(rows / (classes x class rows)) ** balance``
     from the training rows (None: multi-label data, or no balancing)."""
@@ -505,14 +515,7 @@ def _train(
         cross_fitting = cross_fit and prepared.validation_bags is None and hparams.cross_fit_folds > 1
         if cross_fitting:  # the fold models train beside the final one (trainer.folds)
             folds = _start_folds(data, prepared.labels, hparams)
-        model = TextClassifier(
-            ModelConfig(
-                rows=prepared.featurizer.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)
-            ),
-            generator=torch.Generator().manual_seed(hparams.seed),
-            embedding_init=hparams.embedding_init,
-            output_init=hparams.output_init,
-        )
+        model = _initial_model(prepared, hparams)
         optimizer = OptimizerConfig(
             kind=hparams.optimizer,
             lr=hparams.learning_rate,

@@ -77,8 +77,8 @@ class HParams:
     lr_plateau_factor: float = 0.5
     # parameter server: no gradient is applied more than this many updates after the version
     # it was computed against; learners wait for slower ones to keep it (None: no bound; with
-    # K equally fast learners, a bound under 2K - 2 makes them wait even so). Every applied
-    # gradient's step is learning_rate / max(1, staleness) either way
+    # K equally fast learners, a bound under 2K - 2 makes them wait even so). Either way a
+    # gradient staler than K - 1 takes learning_rate x (K - 1) / staleness (staleness_scale)
     staleness_bound: int | None = None
     # schedule and early stopping
     min_updates: int = 3000

@@ -230,15 +230,28 @@ def test_a_learners_previous_gradient_is_applied_before_its_next_so_its_cursor_n
     assert ps.counters.learner(0)[C.CURSOR] == 2  # the position after both batches
 
 
-def test_staleness_scales_the_learning_rate() -> None:
+@pytest.mark.parametrize(
+    ("learners", "stalenesses", "steps"),
+    [
+        (1, [2, 0], [0.5, 1.0]),  # one or two learners: lr / staleness
+        (2, [1, 3], [1.0, 1 / 3]),
+        (4, [3, 6], [1.0, 0.5]),  # K learners: full steps up to K - 1, then (K - 1) / staleness
+        (16, [15, 30], [1.0, 0.5]),
+    ],
+)
+def test_staleness_beyond_k_minus_1_scales_the_learning_rate(
+    learners: int, stalenesses: list[int], steps: list[float]
+) -> None:
     ps = ParameterServer.create(
-        [(torch.zeros((3, 1)), True)], OptimizerConfig(kind="sgd", lr=1.0), 1, 1, shared=False
+        [(torch.zeros((3, 1)), True)], OptimizerConfig(kind="sgd", lr=1.0), learners, 1, shared=False
     )
-    ps.server[C.VERSION] = 10
-    ps.push(0, Gradient(torch.tensor([0]), [torch.ones((1, 1))]), 8, 1, 1)  # staleness 2: lr / 2
-    ps.push(0, Gradient(torch.tensor([1]), [torch.ones((1, 1))]), 11, 2, 1)  # staleness 0: lr
-    assert ps.params[0].flatten().tolist() == [-0.5, -1.0, 0.0]
-    assert ps.stats().staleness_histogram[:3] == [1, 0, 1]
+    ps.server[C.VERSION] = 40
+    for row, staleness in enumerate(stalenesses):
+        version = ps.version()
+        ps.push(0, Gradient(torch.tensor([row]), [torch.ones((1, 1))]), version - staleness, row + 1, 1)
+    assert ps.params[0].flatten().tolist() == pytest.approx([-s for s in steps] + [0.0])
+    histogram = ps.stats().staleness_histogram
+    assert sum(histogram) == len(stalenesses)
 
 
 def _start_in_thread(ps: ParameterServer, rank: int) -> tuple[threading.Thread, list[object]]:

@@ -257,8 +257,9 @@ def default_learners() -> int:
 def auto_learners(steps_per_epoch: int) -> int:
     """K for ``learners=0``: one per core, but no more than the data keeps busy.
 
-    Every epoch ends in a round barrier (validation, early stopping), and spawning a learner
-    costs a second or two of interpreter and torch start-up; a data set of a few dozen rows
+    Every epoch ends in a round barrier (validation, early stopping) that every learner
+    waits at, and learner processes cost their start (forks of the trainer's fork server,
+    whose own start imports the trainer once per worker); a data set of a few dozen rows
     (a handful of steps per epoch) trains faster in-process than split across cores.
     """
     return max(1, min(default_learners(), steps_per_epoch // MIN_STEPS_PER_LEARNER))

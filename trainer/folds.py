@@ -7,10 +7,10 @@ learner (K = 1: a core's work), and before this the six trainings ran one after 
 the node's other cores idled.
 
 Up to one process per core (``processes``) starts at once, each taking every n-th fold. They
-come from multiprocessing's fork server, which imports the trainer (torch: two to three
-seconds here) once per worker process, on its first cross-fitted job, and forks every fold
-process after that from the loaded interpreter: nothing inherited from the caller (no
-threads, no CUDA state), nothing imported again. A process runs one intra-op thread, like
+come from the trainer's fork server (``trainer.processes``, which the learner processes
+share), which imports the trainer once per worker process and forks every fold process
+after that from the loaded interpreter: nothing inherited from the caller (no threads, no
+CUDA state), nothing imported again. A process runs one intra-op thread, like
 every learner, sends each fold's result through a pipe of its own, and exits. It needs no
 watch on its parent: its work is bounded by the fixed update budget, and a result sent to a
 parent that died fails on the closed pipe. Closing the runs (the caller's stop, an error)
@@ -19,7 +19,6 @@ terminates the processes that are still training.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import pickle
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
@@ -28,6 +27,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from trainer.errors import TrainerError, TrainingStopped
+from trainer.processes import trainer_context
 
 T = TypeVar("T")
 _POLL_S = 0.05  # how often a wait for the folds asks should_stop
@@ -39,8 +39,7 @@ class FoldRuns(Generic[T]):
     function, or a ``functools.partial`` of one)."""
 
     def __init__(self, run: Callable[[int], T], folds: int, processes: int) -> None:
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["trainer.engine"])  # read once, when the server starts
+        ctx = trainer_context()
         self.folds = folds
         self.procs: list[Any] = []
         self.conns: list[Connection] = []

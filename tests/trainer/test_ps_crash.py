@@ -78,3 +78,63 @@ def test_a_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path: Path, lea
         got = torch.load(tmp_path / "out" / WEIGHTS_FILE, weights_only=True)
         assert want.keys() == got.keys()
         assert all(torch.equal(want[k], got[k]) for k in want), f"{pause=:.3f}s"
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (read from /proc: children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _alive(int(entry.name)):
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended: only its exit status waits to be read)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_no_learner_outlives_a_sigkilled_supervisor(tmp_path: Path) -> None:
+    """Learners fork from the trainer's fork server, which exits only after every process it
+    forked: each learner watches its pipe from the supervisor instead, and stops at its EOF.
+    (Cross-fitting's fold processes, off here, end with their bounded budget.)"""
+    overrides = {
+        "batch_size": 4,
+        "min_updates": 0,
+        "max_epochs": 10**6,
+        "min_validation_rows": 10**9,
+        "cross_fit_folds": 0,
+    }
+    csv_path = write_csv(tmp_path / "train.csv", synthetic_data(40))
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD.format(hparams=overrides))
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(csv_path), str(tmp_path / "work"), str(tmp_path / "out"), "2"]
+    )
+    deadline = time.monotonic() + 90
+    while not ckpt.list_checkpoints(tmp_path / "work"):  # the learners are training by then
+        assert child.poll() is None and time.monotonic() < deadline, "the child never checkpointed"
+        time.sleep(0.05)
+    below = _descendants(child.pid)
+    assert len(below) >= 3, below  # the fork server and two learners, at least
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in below):
+        assert time.monotonic() < deadline, f"still running: {[p for p in below if _alive(p)]}"
+        time.sleep(0.05)

@@ -1,9 +1,9 @@
 """A learner: compute a gradient against the shared parameters, push it, repeat.
 
 ``Learner.step`` is one mini-batch (pull, forward/backward, push), the same code in a
-spawned learner process, a CUDA stream and the K = 1 in-process path. ``run_shard`` walks a
-learner's shard of one epoch from a position; ``learner_entry`` receives the server after
-spawn and ``learner_process`` is a spawned learner's main loop:
+learner process, a CUDA stream and the K = 1 in-process path. ``run_shard`` walks a
+learner's shard of one epoch from a position; ``learner_entry`` receives the server once the
+process is forked and ``learner_process`` is a learner process's main loop:
 wait for the supervisor's go, run the shard until done or asked to park, park, repeat.
 Learners never print; they report through their counter row.
 """
@@ -11,7 +11,6 @@ Learners never print; they report through their counter row.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -152,24 +151,24 @@ def batches(
 def learner_entry(
     conn: Any, rank: int, apply_lock: Any, publish: list[Any], stripes: list[Any], go: Any, parked: Any
 ) -> None:
-    """A spawned learner's first act: import torch while the supervisor prepares the data, then
-    receive the server's tensors, the task and the data through ``conn`` and run.
+    """A learner process's first act: receive the server's tensors, the task and the data
+    through ``conn``, then run.
 
-    The locks come as spawn arguments (multiprocessing lets them travel only then); the
-    tensors come later through the pipe, as shared memory (torch's reductions).
+    The locks come as process arguments (multiprocessing lets them travel only then); the
+    tensors come through the pipe, as shared memory (torch's reductions). The supervisor
+    sends nothing else through it, so ``conn`` turning readable means its end closed: the
+    supervisor closed the pool or died. That is the learner's watch on it: the process's
+    parent is the trainer's fork server (trainer.processes), which only exits once every
+    process it forked has, so a changed parent would never show the supervisor's death.
     """
-    parent = os.getppid()
-    while not conn.poll(1.0):
-        if os.getppid() != parent:
-            return
     try:
         handles, task, data, learners, batch_size, seed = conn.recv()
-    except EOFError:  # the supervisor gave up before sending (e.g. invalid data)
+    except EOFError:  # the supervisor gave up before sending (e.g. invalid data), or died
         return
     handles.apply_lock = apply_lock
     handles.slots.publish = publish
     handles.stripes = stripes
-    learner_process(handles, task, data, rank, learners, batch_size, seed, go, parked)
+    learner_process(handles, task, data, rank, learners, batch_size, seed, go, parked, conn.poll)
 
 
 def learner_process(
@@ -182,13 +181,14 @@ def learner_process(
     seed: int,
     go: Any,
     parked: Any,
+    supervisor_gone: Callable[[], bool],
 ) -> None:
-    """A spawned learner's main: wait for go, run the commanded shard, park; until STOP."""
+    """A learner process's main: wait for go, run the commanded shard, park; until STOP or
+    ``supervisor_gone()``."""
     from trainer.step import DataCursor
 
     torch.set_num_threads(1)
     torch.manual_seed(seed + rank)
-    parent = os.getppid()
     ps = ParameterServer(handles)
     learner = Learner(ps, task, rank)
     mine, server = learner.mine, ps.server
@@ -196,9 +196,9 @@ def learner_process(
     bags, targets = data.bags(), data.targets.numpy()
     while True:
         while not go.acquire(timeout=1.0):
-            if os.getppid() != parent:  # the supervisor is gone: never outlive it
+            if supervisor_gone():  # never outlive it
                 return
-        if server[C.STOP] or os.getppid() != parent:
+        if server[C.STOP] or supervisor_gone():
             return
         shard = DataCursor(epoch=int(mine[C.EPOCH]), seed=seed).shard(len(targets), rank, learners)
         try:
@@ -211,7 +211,7 @@ def learner_process(
                 batch_size,
                 losses,
                 # Park on PAUSE or STOP; stop at once if the supervisor died (SIGKILL).
-                lambda: bool(server[C.PAUSE] or server[C.STOP]) or os.getppid() != parent,
+                lambda: bool(server[C.PAUSE] or server[C.STOP]) or supervisor_gone(),
             )
         except Stopped:
             position = -1

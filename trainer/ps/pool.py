@@ -7,8 +7,8 @@ the apply role, the supervisor drains the READY slots, and every learner's commi
 equals the position after its last applied gradient: the state is consistent at one version.
 
 ``InProcessPool`` (K = 1) runs the single learner in the caller's process (no spawn, no
-copy of anything: the plain loop's speed); ``ProcessPool`` (K > 1) spawns K learner
-processes once per session, before the data is featurised, and drives them through
+copy of anything: the plain loop's speed); ``ProcessPool`` (K > 1) forks K learner
+processes once per session from the trainer's fork server, and drives them through
 go/parked semaphores; ``trainer.ps.cuda.StreamPool`` runs them as CUDA streams, and
 ``trainer.ps.graph.GraphPool`` runs one CUDA learner as CUDA graphs.
 """
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.multiprocessing as mp
 
 from trainer.errors import TrainerError
+from trainer.processes import start_fork_server, trainer_context
 from trainer.ps import counters as C
 from trainer.ps.learner import Learner, ShardData, Task, learner_entry, run_shard
 from trainer.ps.server import ParameterServer
@@ -98,16 +98,17 @@ class InProcessPool:
 
 
 class ProcessPool:
-    """K > 1 spawned learners sharing the server; respawns a learner that dies off the apply role.
+    """K > 1 learner processes sharing the server; respawns a learner that dies off the apply role.
 
-    Spawned as soon as K is known, before the data is featurised, so that the learners'
-    interpreter and torch start-up (a second or more each) overlaps the supervisor's
-    preparation; ``start`` then hands them the server through a pipe.
+    Made as soon as K is known, before the data is featurised: it starts the fork server
+    (``trainer.processes``), whose import of the trainer then overlaps the supervisor's
+    preparation on a worker's first job; ``start`` forks the learners and hands each the
+    server through a pipe.
     """
 
     def __init__(self, learners: int, stripes: int = 0) -> None:
         self.learners = learners
-        self.ctx = mp.get_context("spawn")
+        self.ctx = trainer_context()
         self.apply_lock = self.ctx.Lock()
         self.publish = [self.ctx.Lock() for _ in range(learners)]
         self.stripes = [self.ctx.Lock() for _ in range(stripes)]
@@ -117,8 +118,7 @@ class ProcessPool:
         self.conns: list[Any] = [None] * learners
         self.respawns = 0
         self.started = False
-        for rank in range(learners):
-            self._spawn(rank)
+        start_fork_server()
 
     def locks(self) -> tuple[Any, list[Any], list[Any]]:
         """The apply lock, publish locks and stripe locks the server must be created with."""
@@ -130,6 +130,8 @@ class ProcessPool:
         ps.handles.extra["losses"] = _losses_tensor(self.learners, shared=True)
         self.losses = ps.handles.extra["losses"].numpy()
         self.started = True
+        for rank in range(self.learners):
+            self._spawn(rank)
         for rank in range(self.learners):
             self._send(rank)
 
@@ -215,16 +217,18 @@ class ProcessPool:
             self._send(rank)
 
     def close(self) -> list[int | None]:
-        """Stop every learner and wait for them; returns their exit codes."""
+        """Stop every learner and wait for them; returns the exit codes of those forked
+        (``start`` forks them)."""
         if self.started:
             self.ps.server[C.STOP] = 1
-        for conn in self.conns:
-            conn.close()  # a learner still waiting for the server sees EOF and leaves
-        for go in self.go:
-            go.release()
-        for proc in self.procs:
+        forked = [rank for rank, proc in enumerate(self.procs) if proc is not None]
+        for rank in forked:
+            self.conns[rank].close()  # the learner sees EOF: the supervisor is done with it
+            self.go[rank].release()
+        for rank in forked:
+            proc = self.procs[rank]
             proc.join(timeout=10)
             if proc.exitcode is None:
                 proc.kill()
                 proc.join(timeout=10)
-        return [proc.exitcode for proc in self.procs]
+        return [self.procs[rank].exitcode for rank in forked]

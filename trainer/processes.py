@@ -8,7 +8,7 @@ every process forked after that starts in milliseconds, inheriting nothing from 
 threads, no CUDA state). A worker runs job after job in one process, so only its first job
 waits for that import; spawned learners (until the twenty-third session) imported torch
 again, each of them, for every job: on 2 cores a one-epoch snips job at K = 2 took 2.4-2.6 s
-spawned and 1.1 s forked from a running server (docs/benchmarks.md).
+spawned and 1.15-1.26 s forked from a running server (docs/benchmarks.md).
 """
 
 from __future__ import annotations

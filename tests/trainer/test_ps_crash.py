@@ -84,12 +84,9 @@ def _descendants(pid: int) -> set[int]:
     """Every live process below ``pid`` (read from /proc: children, their children, ...)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _alive(int(entry.name)):
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
+        stat = _stat(int(entry.name)) if entry.name.isdigit() else None
+        if stat is not None and stat[0] != "Z":
+            children.setdefault(stat[1], []).append(int(entry.name))
     found: set[int] = set()
     todo = [pid]
     while todo:
@@ -101,11 +98,17 @@ def _descendants(pid: int) -> set[int]:
 
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie has ended: only its exit status waits to be read)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """``pid``'s state letter and parent pid from /proc (None: no such process)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
-    return state != "Z"
+        return None
+    return fields[0], int(fields[1])
 
 
 @pytest.mark.slow

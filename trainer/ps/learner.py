@@ -163,7 +163,7 @@ def learner_entry(
     """
     try:
         handles, task, data, learners, batch_size, seed = conn.recv()
-    except EOFError:  # the supervisor gave up before sending (e.g. invalid data), or died
+    except EOFError:  # the supervisor died (or gave up) before sending
         return
     handles.apply_lock = apply_lock
     handles.slots.publish = publish

@@ -5,10 +5,11 @@ Learner processes (``trainer.ps.pool.ProcessPool``) and cross-fitting's fold pro
 (``trainer.folds``) fork from one fork server per calling process. The server imports
 ``trainer.engine`` (torch with it) once, about 1.6 s of CPU on the development machine, and
 every process forked after that starts in milliseconds, inheriting nothing from the caller (no
-threads, no CUDA state). A worker runs job after job in one process, so only its first job
-waits for that import; spawned learners (until the twenty-third session) imported torch
-again, each of them, for every job: on 2 cores a one-epoch snips job at K = 2 took 2.4-2.6 s
-spawned and 1.15-1.26 s forked from a running server (docs/benchmarks.md).
+threads, no CUDA state). A worker runs job after job in one process and starts the server
+before its first job (workers/__main__.py), so no job waits for that import. Spawned learners
+(until the twenty-third session) imported torch again, each of them, for every job: on 2 cores
+a one-epoch snips job at K = 2 took 2.4-2.6 s spawned and 1.15-1.26 s forked from a running
+server (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """``python -m workers [--quiet] [celery worker options]``: one Celery worker on the training queue.
 
 The solo pool runs the task in the worker's main process, which must not be a daemon: the
-trainer starts its own learner processes.
+trainer starts its own learner processes. They fork from the trainer's fork server
+(trainer.processes), which this process starts before Celery does, so the server imports the
+trainer while the worker connects and the first job does not wait for it.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import socket
 import sys
 
 from service.queue import TRAINING_QUEUE
+from trainer.processes import start_fork_server
 from workers.app import celery_app, worker_argv
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the worker until it is told to stop (SIGTERM: finish or checkpoint the job, then exit)."""
+    start_fork_server()
     celery_app.worker_main(
         worker_argv(
             [

@@ -14,6 +14,7 @@ import torch
 from synthetic import synthetic_data, write_csv
 from test_ps_engine import planned_updates
 
+from tests.processes import alive, descendants
 from trainer import checkpoint as ckpt
 from trainer.engine import train
 from trainer.hparams import HParams
@@ -80,37 +81,6 @@ def test_a_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path: Path, lea
         assert all(torch.equal(want[k], got[k]) for k in want), f"{pause=:.3f}s"
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (read from /proc: children, their children, ...)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        stat = _stat(int(entry.name)) if entry.name.isdigit() else None
-        if stat is not None and stat[0] != "Z":
-            children.setdefault(stat[1], []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie has ended: only its exit status waits to be read)."""
-    stat = _stat(pid)
-    return stat is not None and stat[0] != "Z"
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """``pid``'s state letter and parent pid from /proc (None: no such process)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0], int(fields[1])
-
-
 @pytest.mark.slow
 def test_no_learner_outlives_a_sigkilled_supervisor(tmp_path: Path) -> None:
     """Learners fork from the trainer's fork server, which exits only after every process it
@@ -133,11 +103,11 @@ def test_no_learner_outlives_a_sigkilled_supervisor(tmp_path: Path) -> None:
     while not ckpt.list_checkpoints(tmp_path / "work"):  # the learners are training by then
         assert child.poll() is None and time.monotonic() < deadline, "the child never checkpointed"
         time.sleep(0.05)
-    below = _descendants(child.pid)
+    below = descendants(child.pid)
     assert len(below) >= 3, below  # the fork server and two learners, at least
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
     deadline = time.monotonic() + 15
-    while any(_alive(pid) for pid in below):
-        assert time.monotonic() < deadline, f"still running: {[p for p in below if _alive(p)]}"
+    while any(alive(pid) for pid in below):
+        assert time.monotonic() < deadline, f"still running: {[p for p in below if alive(p)]}"
         time.sleep(0.05)

@@ -1,6 +1,7 @@
 """A real ``python -m workers`` process in the registry of live workers: listed idle once Celery
 is ready (on the ops overview too), with its job while it trains, and gone within the entry's
-TTL after kill -9."""
+TTL after kill -9. Its fork server (trainer.processes) runs before the first job and does not
+outlive it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from service.settings import Settings
 from service.worker_registry import WorkerInfo, WorkerRegistry
 from tests.conftest import empty_redis_db, migrated_database, redis_test_url
 from tests.ops.conftest import log_in
+from tests.processes import alive, command_line, descendants
 from workers.heartbeat import TTL_BEATS
 
 pytestmark = pytest.mark.integration
@@ -50,6 +52,11 @@ def _entry(registry: WorkerRegistry, pid: int, job_id: str | None = None) -> Wor
     return next((w for w in registry.alive() if w.pid == pid and w.job_id == job_id), None)
 
 
+def _fork_servers(pid: int) -> list[int]:
+    """The trainer's fork servers below the worker ``pid``."""
+    return [p for p in descendants(pid) if "multiprocessing.forkserver" in command_line(p)]
+
+
 def _claims(session: Session, job_id: str) -> list[str | None]:
     """The lease owners named by the job's "claimed" events (read afresh)."""
     session.rollback()
@@ -57,7 +64,7 @@ def _claims(session: Session, job_id: str) -> list[str | None]:
     return list(session.scalars(claims))
 
 
-def test_a_worker_is_listed_idle_then_with_its_job_and_vanishes_within_the_ttl_after_kill_9(
+def test_a_worker_is_listed_idle_with_its_fork_server_then_with_its_job_and_both_go_after_kill_9(
     broker: redis.Redis,
     settings_factory: Callable[..., Settings],
     queue_job: Callable[..., Any],
@@ -80,6 +87,8 @@ def test_a_worker_is_listed_idle_then_with_its_job_and_vanishes_within_the_ttl_a
         log_in(client)
         listed = {w["worker"]: w for w in client.get("/ops/api/overview").json()["workers"]}
     assert listed[idle.worker_id]["state"] == "idle" and listed[idle.worker_id]["device"] == "cpu"
+    # and: its fork server already runs, so the first job's learners need not wait for it
+    [fork_server] = wait_until(lambda: _fork_servers(worker.pid), message=f"the fork server; log: {log}")
     # when: a job is queued, then: the worker shows it while training it, under its lease owner id
     queued = queue_job(intents_csv, settings)
     busy = wait_until(
@@ -95,6 +104,7 @@ def test_a_worker_is_listed_idle_then_with_its_job_and_vanishes_within_the_ttl_a
         timeout=TTL_BEATS * HEARTBEAT_SECONDS + 1.0,
         message="the killed worker's entry expired",
     )
+    wait_until(lambda: not alive(fork_server), timeout=10, message="the fork server ended with its worker")
 
 
 def test_a_worker_stopped_cleanly_leaves_the_registry_at_once(

@@ -53,7 +53,7 @@ from service.models import (
 _ACTIVE = (JobState.QUEUED.value, JobState.TRAINING.value)
 AVAILABLE_DESCRIPTION = "The classifier instance is now available and is ready to take classifier requests."
 TRAINING_DESCRIPTION = (
-    "The classifier instance is in its training state, not yet ready to accept classify requests"
+    "The classifier instance is in its training phase, not yet ready to accept classify requests"
 )
 CANCELLED_DESCRIPTION = (
     "Training was cancelled; its last checkpoint is kept. POST /v1/classifiers/{id}/resume continues it."

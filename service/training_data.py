@@ -148,6 +148,8 @@ def _jsonl_records(lines: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]
             record = json.loads(_valid_utf8(row, line))
         except json.JSONDecodeError as exc:
             raise InvalidTrainingData(row, f"not a JSON object ({exc.msg})") from None
+        except ValueError as exc:  # JSON, but an integer past Python's 4,300 digits
+            raise InvalidTrainingData(row, f"not a JSON object ({exc})") from None
         except RecursionError:
             raise InvalidTrainingData(row, "JSON nested too deeply") from None
         if not isinstance(record, dict):
@@ -211,6 +213,8 @@ def _check_label(row: int, label: str, limits: Limits) -> str:
     label = label.strip()
     if not label:
         raise InvalidTrainingData(row, "class is empty")
+    if (problem := unprintable(label)) is not None:  # NLC: no tabs or line ends in a class
+        raise InvalidTrainingData(row, f"class {problem} (a tab or a line end, say)")
     if len(label) > limits.max_class_chars:
         raise InvalidTrainingData(
             row, f"class has {len(label)} characters; the limit is {limits.max_class_chars} (max_class_chars)"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from trainer.errors import TrainerError
-from trainer.inference import META_FILE, WEIGHTS_FILE, read_metadata
+from trainer.inference import META_FILE, WEIGHTS_FILE, parse_metadata
 
 FORMAT = "taas-model-bundle/1"
 MANIFEST = "manifest.json"
@@ -83,16 +83,15 @@ def extract_bundle(source: Path, dest: Path, *, max_bytes: int = DEFAULT_MAX_BYT
         if len(data) != expected["bytes"] or _sha256(data) != expected["sha256"]:
             raise BundleInvalid(f"{name} does not match its SHA-256 in {MANIFEST}: the bundle was altered")
     dest = Path(dest)
+    try:
+        meta = parse_metadata(members[META_FILE], dest)
+    except TrainerError as exc:
+        reason = str(exc).removeprefix(f"{dest}: ")  # the staging folder means nothing to the sender
+        raise BundleInvalid(f"{META_FILE} is not a taas model: {reason}") from exc
     dest.mkdir(parents=True, exist_ok=True)
     for name in MODEL_FILES:
         (dest / name).write_bytes(members[name])
-    try:
-        return Extracted(read_metadata(dest), manifest["about"])
-    except TrainerError as exc:
-        for name in MODEL_FILES:
-            (dest / name).unlink(missing_ok=True)
-        reason = str(exc).removeprefix(f"{dest}: ")  # the staging folder means nothing to the sender
-        raise BundleInvalid(f"{META_FILE} is not a taas model: {reason}") from exc
+    return Extracted(meta, manifest["about"])
 
 
 def _read_members(source: Path, max_bytes: int) -> dict[str, bytes]:
@@ -135,7 +134,7 @@ def _manifest(members: dict[str, bytes]) -> dict[str, Any]:
         for entry in files.values():
             if not (isinstance(entry["bytes"], int) and isinstance(entry["sha256"], str)):
                 raise ValueError("each file needs an integer 'bytes' and a string 'sha256'")
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise BundleInvalid(f"{MANIFEST} is not a taas bundle manifest: {exc}") from exc
     return dict(manifest)
 

@@ -86,14 +86,34 @@ def save_model(
 def read_metadata(model_dir: Path) -> dict[str, Any]:
     """The parsed model.json of a model directory. Raises CheckpointCorrupt if absent or invalid."""
     try:
-        meta = json.loads((Path(model_dir) / META_FILE).read_text("utf-8"))
-    except (OSError, ValueError) as exc:
+        content = (Path(model_dir) / META_FILE).read_bytes()
+    except OSError as exc:
+        raise CheckpointCorrupt(f"{model_dir}: no readable {META_FILE}: {exc}") from exc
+    return parse_metadata(content, model_dir)
+
+
+def parse_metadata(content: bytes, model_dir: Path) -> dict[str, Any]:
+    """model.json's ``content`` parsed and checked (``model_dir``: where it is, or is to be,
+    for the messages). Raises CheckpointCorrupt if it is not a model's."""
+    try:
+        meta = json.loads(content.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested past the parser
         raise CheckpointCorrupt(f"{model_dir}: no readable {META_FILE}: {exc}") from exc
     if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, MULTI_LABEL_FORMAT):
         raise CheckpointCorrupt(f"{model_dir}: {META_FILE} is not a {FORMAT} or {MULTI_LABEL_FORMAT} model")
     if not isinstance(meta.get("metrics", {}), dict | None):
         raise CheckpointCorrupt(f"{model_dir}: {META_FILE} has metrics that are not a JSON object")
     return meta
+
+
+def _labels(labels: object, classes: int) -> list[str]:
+    """model.json's labels, checked: ``classes`` distinct strings, one per output row (a
+    bundle's model.json comes from outside)."""
+    if not (isinstance(labels, list) and all(isinstance(label, str) for label in labels)):
+        raise ValueError("labels must be a list of strings")
+    if len(labels) != classes or len(set(labels)) != classes:
+        raise ValueError(f"labels must be {classes} distinct strings, one per class, not {len(labels)}")
+    return labels
 
 
 class LoadedModel:
@@ -152,10 +172,11 @@ class LoadedModel:
                     "output.bias": tensors["output.bias"],
                 }
             )
+            labels = _labels(meta.get("labels"), config.classes)
+            threshold = float(meta["threshold"]) if meta.get("multi_label") else None
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointCorrupt(f"{model_dir}: model files do not fit together: {exc}") from exc
-        threshold = float(meta["threshold"]) if meta.get("multi_label") else None
-        return cls(list(meta["labels"]), featurizer, model, threshold)
+        return cls(labels, featurizer, model, threshold)
 
     @classmethod
     def _load_bundle(cls, bundle: Path) -> LoadedModel:

@@ -163,10 +163,11 @@ def _json_body(name: str, raw: bytes) -> classify.ClassifyBody | None:
 
 def _query_body(query_string: bytes) -> ClassifyInput | None:
     """The text of a ``GET …/classify?text=`` as the JSON body it stands for, or None unless
-    ``text`` is the query's one parameter. Decoded as Starlette decodes a query."""
+    ``text`` is the query's one parameter and holds no U+FFFD. Decoded as Starlette decodes a
+    query."""
     pairs = urllib.parse.parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
-    if len(pairs) != 1 or pairs[0][0] != "text":
-        return None
+    if len(pairs) != 1 or pairs[0][0] != "text" or "\ufffd" in pairs[0][1]:
+        return None  # the route answers: other parameters, or escapes that may not be UTF-8
     return ClassifyInput(text=pairs[0][1])
 
 

@@ -70,7 +70,7 @@ async def read_json(request: Request, limit: int = SMALL_PART_BYTES) -> object:
         body += chunk
     try:
         return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # not JSON, not UTF-8, or an integer past Python's 4,300 digits
         raise BadRequest("body", f"not valid JSON ({exc})") from None
     except RecursionError:
         raise BadRequest("body", "JSON nested too deeply") from None

@@ -48,10 +48,11 @@ def nlc_files(csv: str | bytes = NLC_CSV, metadata: object | None = None) -> dic
     }
 
 
-def train_tiny_model(root: Path) -> Path:
-    """Train a model on a few weather questions with the real trainer (a second or two)."""
-    texts = [t for texts in WEATHER.values() for t in texts]
-    labels = [label for label, texts in WEATHER.items() for _ in texts]
+def train_tiny_model(root: Path, classes: dict[str, list[str]] = WEATHER) -> Path:
+    """Train a model on ``classes``' texts (by default a few weather questions) with the real
+    trainer (a second or two)."""
+    texts = [t for texts in classes.values() for t in texts]
+    labels = [label for label, texts in classes.items() for _ in texts]
     hparams = dataclasses.replace(DEFAULT_HPARAMS, buckets=1 << 12, max_features=4096, min_updates=60)
     result = train(
         LabelledData(texts, labels), workdir=root / "work", out_dir=root / "model", hparams=hparams

@@ -15,9 +15,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from service.api.routes.classify import CLASSES_SHOWN
 from service.serving import ModelCache
 from service.store import ArtifactStore
-from tests.service.helpers import WEATHER, make_available
+from tests.service.helpers import WEATHER, make_available, train_tiny_model
 from trainer.inference import LoadedModel
 
 
@@ -36,6 +37,44 @@ def test_classify_answers_nlc_shape_with_confidences_summing_to_one(
     assert confidences == sorted(confidences, reverse=True)
     assert math.isclose(sum(confidences), 1.0, abs_tol=1e-6)
     assert body["top_class"] == body["classes"][0]["class_name"]
+
+
+@pytest.fixture(scope="module")
+def twelve_class_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model of twelve classes: more than NLC's reply shows."""
+    classes = {f"class{i}": [f"word{i} thing", f"thing word{i}", f"word{i} stuff"] for i in range(12)}
+    return train_tiny_model(tmp_path_factory.mktemp("twelve-classes"), classes)
+
+
+def test_classify_answers_with_the_ten_most_confident_classes_as_nlc(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., Any],
+    session: Session,
+    store: ArtifactStore,
+    twelve_class_model: Path,
+) -> None:
+    cid = create_classifier(tenant).json()["classifier_id"]
+    make_available(session, store, tenant.id, cid, twelve_class_model)
+    text = "word3 thing"
+    expected = [
+        {"class_name": name, "confidence": confidence}
+        for name, confidence in LoadedModel.load(twelve_class_model).classify([text])[0][:CLASSES_SHOWN]
+    ]
+    url = f"/v1/classifiers/{cid}"
+
+    replies = [
+        client.post(f"{url}/classify", json={"text": text}, headers=tenant.headers).json(),
+        client.post(f"{url}/classify", json={"text": text}, headers=tenant.headers).json(),  # cached
+        client.get(f"{url}/classify", params={"text": text}, headers=tenant.headers).json(),
+        client.post(
+            f"{url}/classify_collection", json={"collection": [{"text": text}]}, headers=tenant.headers
+        ).json()["collection"][0],
+    ]
+
+    assert CLASSES_SHOWN == 10
+    for reply in replies:
+        assert reply["classes"] == expected and reply["top_class"] == "class3"
 
 
 def test_classify_collection_answers_each_text(client: TestClient, tenant: Any, available: str) -> None:
@@ -86,6 +125,19 @@ def test_classify_by_query_keeps_nlcs_rules(
 
     assert reply.status_code == 400
     assert reply.json()["description"] == description
+
+
+def test_a_query_whose_escapes_are_not_utf8_is_400_as_such_a_body_is(
+    client: TestClient, tenant: Any, available: str
+) -> None:
+    url = f"/v1/classifiers/{available}/classify"
+
+    refused = client.get(f"{url}?text=rain%ff", headers=tenant.headers)
+    replacement_character = client.get(f"{url}?text=rain%EF%BF%BD", headers=tenant.headers)  # U+FFFD itself
+
+    assert refused.status_code == 400
+    assert refused.json()["description"] == "text: not UTF-8 once percent-decoded (invalid start byte)"
+    assert replacement_character.status_code == 200 and replacement_character.json()["text"] == "rain\ufffd"
 
 
 def test_a_classify_text_may_be_as_long_as_nlcs_2048_characters(

@@ -43,6 +43,8 @@ def client(small_limits: Settings) -> Any:
         ("a,x\nb,y\nc,z\nd,w\n", "row 4: more than 3 distinct classes (max_classes)"),
         ("a,x\nb,abcdefghijk\n", "row 2: class has 11 characters; the limit is 10 (max_class_chars)"),
         ("a,x\njust text\n", "row 2: a row needs a text and at least one class"),
+        ('a,x\nb,"y\nz"\n', "row 2: class must not contain control characters (a tab or a line end, say)"),
+        ("a,x\nb,y\tz\n", "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("", "training data has no rows"),
     ],
     ids=[
@@ -55,6 +57,8 @@ def client(small_limits: Settings) -> Any:
         "too-many-classes",
         "class-too-long",
         "missing-class",
+        "line-end-in-class",
+        "tab-in-class",
         "empty-file",
     ],
 )

@@ -4,6 +4,7 @@ by name with nothing written."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import tarfile
@@ -15,6 +16,7 @@ from synthetic import synthetic_data
 
 from trainer.bundle import MANIFEST, BundleInvalid, extract_bundle, write_bundle
 from trainer.engine import train
+from trainer.errors import CheckpointCorrupt
 from trainer.hparams import HParams
 from trainer.inference import META_FILE, WEIGHTS_FILE, LoadedModel
 
@@ -81,6 +83,24 @@ def _forged_manifest(members: dict[str, bytes]) -> dict[str, bytes]:
     return {**members, MANIFEST: json.dumps(manifest).encode()}
 
 
+def _resealed(members: dict[str, bytes], meta: bytes) -> dict[str, bytes]:
+    """The bundle with ``meta`` as its model.json, the manifest's size and SHA-256 updated to it
+    (what someone who edits a bundle on purpose sends)."""
+    manifest = json.loads(members[MANIFEST])
+    manifest["files"][META_FILE] = {"bytes": len(meta), "sha256": hashlib.sha256(meta).hexdigest()}
+    return {**members, META_FILE: meta, MANIFEST: json.dumps(manifest).encode()}
+
+
+def _meta_with(**fields: object) -> Callable[[dict[str, bytes]], dict[str, bytes]]:
+    def change(members: dict[str, bytes]) -> dict[str, bytes]:
+        return _resealed(members, json.dumps({**json.loads(members[META_FILE]), **fields}).encode())
+
+    return change
+
+
+_DEEP = b"[" * 20_000 + b"]" * 20_000  # past the parser's recursion limit
+
+
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
@@ -90,6 +110,8 @@ def _forged_manifest(members: dict[str, bytes]) -> dict[str, bytes]:
         (lambda m: {**m, "../../etc/cron.d/x": b"boom"}, "unexpected member '../../etc/cron.d/x'"),
         (_forged_manifest, "manifest.json is not a taas bundle manifest"),
         (lambda m: {**m, MANIFEST: b"{not json"}, "manifest.json is not a taas bundle manifest"),
+        (lambda m: {**m, MANIFEST: _DEEP}, "manifest.json is not a taas bundle manifest"),
+        (lambda m: _resealed(m, _DEEP), "model.json is not a taas model: no readable model.json"),
     ],
 )
 def test_an_altered_bundle_is_refused_by_name_and_nothing_is_written(
@@ -99,6 +121,23 @@ def test_an_altered_bundle_is_refused_by_name_and_nothing_is_written(
     with pytest.raises(BundleInvalid, match=problem.replace(".", r"\.").replace("(", r"\(")):
         extract_bundle(bundle, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("labels", "problem"),
+    [
+        ("abc", "labels must be a list of strings"),
+        (["booking", 7, "weather"], "labels must be a list of strings"),
+        (["booking", "music"], "labels must be 3 distinct strings, one per class, not 2"),
+        (["booking", "music", "music"], "labels must be 3 distinct strings, one per class, not 3"),
+    ],
+)
+def test_a_resealed_bundle_whose_labels_do_not_fit_its_model_is_refused(
+    bundle: Path, labels: object, problem: str
+) -> None:
+    _rewrite(bundle, _meta_with(labels=labels))
+    with pytest.raises(CheckpointCorrupt, match=f"model files do not fit together: {problem}"):
+        LoadedModel.load(bundle)
 
 
 def test_a_link_member_is_refused(bundle: Path, tmp_path: Path) -> None:

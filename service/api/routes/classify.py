@@ -8,6 +8,7 @@ before routing, with this module's reply, by :mod:`service.api.fast_classify`.
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -26,6 +27,9 @@ from service.errors import BadRequest
 from service.settings import Settings
 
 _JSON = "application/json"
+# NLC v1 answered with at most ten classes, the most confident first (its SDK's models say "up
+# to ten"): a model of 3,000 classes would otherwise send 3,000 a text
+CLASSES_SHOWN = 10
 router = APIRouter(prefix="/v1/classifiers", tags=["classify"])
 
 
@@ -43,7 +47,17 @@ async def classify_query(
 ) -> Response:
     """Classify one text sent as the query parameter ``text``, as NLC v1 allowed besides the
     JSON body (``curl -G --data-urlencode text=...``); the same rules and reply as ``POST``."""
+    if "\ufffd" in text:  # Starlette decodes a query's bytes with replacement: refuse, as POST does
+        _check_utf8_query(request.scope["query_string"])
     return await _answer(request, target, ClassifyInput(text=text))
+
+
+def _check_utf8_query(query_string: bytes) -> None:
+    """BadRequest naming ``text`` if the query's percent-escapes are not UTF-8."""
+    try:
+        urllib.parse.parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError as exc:
+        raise BadRequest("text", f"not UTF-8 once percent-decoded ({exc.reason})") from None
 
 
 @router.post("/{classifier_id}/classify_collection", response_model=ClassificationCollection)
@@ -99,12 +113,14 @@ async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -
 
 
 def _result(text: str, scores: serving.Scores, labels: list[str] | None) -> dict[str, object]:
-    """One text's :class:`service.api.schemas.CollectionResult`; a multi-label model's adds the
-    classes it predicts, ``labels``."""
+    """One text's :class:`service.api.schemas.CollectionResult`: its ``CLASSES_SHOWN`` most
+    confident classes; a multi-label model's adds the classes it predicts, ``labels``."""
     result: dict[str, object] = {
         "text": text,
         "top_class": scores[0][0],
-        "classes": [{"class_name": name, "confidence": confidence} for name, confidence in scores],
+        "classes": [
+            {"class_name": name, "confidence": confidence} for name, confidence in scores[:CLASSES_SHOWN]
+        ],
     }
     if labels is not None:
         result["labels"] = labels

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from service import jobs, quotas, status_events, versions, webhooks
 from service.datasets import StagedDataset, keep_dataset, undone_on_failure
 from service.errors import BadRequest, Conflict, NotFound
-from service.models import Classifier, ClassifierMode, ClassifierStatus, Dataset, JobEvent, JobState, Promote
+from service.models import Classifier, ClassifierMode, ClassifierStatus, Dataset, JobEvent, Promote
 from service.queue import enqueue_training
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -154,25 +154,27 @@ def cancel_training(session: Session, settings: Settings, classifier: Classifier
 
 
 def resume_training(session: Session, settings: Settings, classifier: Classifier, *, now: datetime) -> None:
-    """Queue a cancelled training again; the next worker continues from its last checkpoint.
+    """Queue the classifier's cancelled trainings again (every version's that the cancel
+    stopped); the next workers continue each from its last checkpoint.
 
-    Conflict when the classifier's training was not cancelled; QuotaExceeded when the tenant
-    has as many jobs queued or training as its training_jobs quota allows. If the wake-up
-    message cannot be sent, the job stays queued for the reconciler.
+    Conflict when no training of the classifier is cancelled; QuotaExceeded when the tenant's
+    training_jobs quota has no room for all of them. If a wake-up message cannot be sent, its
+    job stays queued for the reconciler.
     """
     no_resume = Conflict(f"classifier '{classifier.id}' has no cancelled training to resume")
-    latest = jobs.latest_job(session, classifier.id)
-    if latest is None or latest.state != JobState.CANCELLED.value:
+    cancelled = jobs.cancelled_jobs(session, classifier.id)
+    if not cancelled:
         raise no_resume
-    quotas.check_can_resume(session, settings, classifier.tenant_id)
-    job_id = jobs.resume_job(session, classifier.id, now=now)
-    if job_id is None:  # resumed or deleted meanwhile
+    quotas.check_can_resume(session, settings, classifier.tenant_id, len(cancelled))
+    job_ids = jobs.resume_jobs(session, classifier.id, cancelled, now=now)
+    if not job_ids:  # resumed or deleted meanwhile
         raise no_resume
     jobs.reread(session, classifier)
-    try:
-        enqueue_training(settings, job_id)
-    except Exception:
-        log.exception("could not enqueue job %s; it stays queued for the reconciler", job_id)
+    for job_id in job_ids:
+        try:
+            enqueue_training(settings, job_id)
+        except Exception:
+            log.exception("could not enqueue job %s; it stays queued for the reconciler", job_id)
     webhooks.send_new_events(session, settings, classifier.id)
 
 

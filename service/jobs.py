@@ -491,7 +491,7 @@ def next_not_before(session: Session, *, now: datetime) -> datetime | None:
 def cancel_job(session: Session, classifier_id: str, *, now: datetime) -> bool:
     """The tenant's cancel: stop the classifier's queued or training jobs, keep their checkpoints.
 
-    Their versions become Unavailable until :func:`resume_job` (the classifier too, unless
+    Their versions become Unavailable until :func:`resume_jobs` (the classifier too, unless
     another version serves). A worker holding the job has
     its next lease renewal refused and stops. False when no job was active.
     """
@@ -512,39 +512,48 @@ def cancel_job(session: Session, classifier_id: str, *, now: datetime) -> bool:
     return True
 
 
-def resume_job(session: Session, classifier_id: str, *, now: datetime) -> str | None:
-    """Put the classifier's cancelled job back in the queue (its checkpoint is resumed).
+def cancelled_jobs(session: Session, classifier_id: str) -> list[str]:
+    """The classifier's cancelled trainings: each version's newest job where it is cancelled,
+    oldest first. A cancel stops every version in training, so a resume takes them all."""
+    newest: dict[int, TrainingJob] = {}
+    for job in session.scalars(
+        select(TrainingJob).where(TrainingJob.classifier_id == classifier_id).order_by(TrainingJob.created_at)
+    ):
+        newest[job.version] = job
+    return [job.id for job in newest.values() if job.state == JobState.CANCELLED.value]
 
-    Failures are forgiven (the tenant asked). Returns the job id to send a message for, or
-    None when the latest job is not cancelled. The caller checked the training_jobs quota in
-    this transaction.
+
+def resume_jobs(session: Session, classifier_id: str, job_ids: list[str], *, now: datetime) -> list[str]:
+    """Put the classifier's cancelled jobs ``job_ids`` (:func:`cancelled_jobs`) back in the
+    queue, each to resume from its checkpoint; one no longer cancelled is left as it is.
+
+    Failures are forgiven (the tenant asked). Returns the job ids to send messages for. The
+    caller checked the training_jobs quota for ``job_ids`` in this transaction.
     """
     lock_classifier(session, classifier_id)
-    job = latest_job(session, classifier_id)
-    if job is None or job.state != JobState.CANCELLED.value:
-        session.rollback()
-        return None
-    resumed = session.execute(
-        _update_job(job.id, TrainingJob.state == JobState.CANCELLED.value)
-        .values(
-            state=JobState.QUEUED.value,
-            failures=0,
-            not_before=None,
-            enqueued_at=now,
-            finished_at=None,
-            error=None,
-            updated_at=now,
-        )
-        .returning(TrainingJob.epoch, TrainingJob.attempts)
-    ).one_or_none()
-    if resumed is None:
-        session.rollback()
-        return None
-    held = JobLease(job.id, "", resumed.epoch, resumed.attempts)
-    session.add(_event(held, "queued", now, detail="resumed by the tenant"))
-    _set_status(session, job.id, ClassifierStatus.TRAINING, TRAINING_DESCRIPTION, now)
+    resumed_ids = []
+    for job_id in job_ids:
+        resumed = session.execute(
+            _update_job(job_id, TrainingJob.state == JobState.CANCELLED.value)
+            .values(
+                state=JobState.QUEUED.value,
+                failures=0,
+                not_before=None,
+                enqueued_at=now,
+                finished_at=None,
+                error=None,
+                updated_at=now,
+            )
+            .returning(TrainingJob.epoch, TrainingJob.attempts)
+        ).one_or_none()
+        if resumed is None:  # resumed or deleted since the caller looked
+            continue
+        held = JobLease(job_id, "", resumed.epoch, resumed.attempts)
+        session.add(_event(held, "queued", now, detail="resumed by the tenant"))
+        _set_status(session, job_id, ClassifierStatus.TRAINING, TRAINING_DESCRIPTION, now)
+        resumed_ids.append(job_id)
     session.commit()
-    return job.id
+    return resumed_ids
 
 
 def cancel_jobs(session: Session, classifier_id: str, *, now: datetime) -> int:
@@ -868,5 +877,5 @@ def _set_status(
             version=row.number,
             replaced=row.serving_version,
             callback_url=row.callback_url,
-            now=now,
+            now=now + status_events.AFTER_ITS_CAUSE,
         )

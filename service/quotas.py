@@ -163,11 +163,11 @@ def check_can_import_classifier(session: Session, settings: Settings, tenant_id:
     _check("versions", quotas.versions, held.versions, 1)
 
 
-def check_can_resume(session: Session, settings: Settings, tenant_id: str) -> None:
-    """Raise QuotaExceeded unless the tenant may have one more job queued or training (a cancelled
-    one resumed). Locks the tenant's row, as :func:`check_can_create_classifier`."""
+def check_can_resume(session: Session, settings: Settings, tenant_id: str, jobs: int) -> None:
+    """Raise QuotaExceeded unless the tenant may have ``jobs`` more jobs queued or training (the
+    cancelled ones resumed). Locks the tenant's row, as :func:`check_can_create_classifier`."""
     quotas, held = _locked(session, settings, tenant_id)
-    _check("training_jobs", quotas.training_jobs, held.training_jobs, 1)
+    _check("training_jobs", quotas.training_jobs, held.training_jobs, jobs)
 
 
 def check_can_store_dataset(

@@ -10,7 +10,7 @@ have a callback URL. The event's JSON (:func:`event_json`) is the same on every 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -27,6 +27,9 @@ from service.models import (
 
 STATUS_CHANGED = "classifier.status_changed"
 VERSION_PROMOTED = "classifier.version_promoted"
+# A promote that a version's Available causes is recorded this long after that status change,
+# so that ordering events by ``created`` (millisecond precision on the wire) puts the cause first
+AFTER_ITS_CAUSE = timedelta(milliseconds=1)
 LISTED_EVENTS = 100  # the newest events a listing shows
 
 

@@ -255,8 +255,10 @@ def test_cancel_keeps_checkpoint_and_resume_requeues_for_a_fresh_claim(session: 
     assert classifier is not None and classifier.status == ClassifierStatus.UNAVAILABLE
     assert not jobs.cancel_job(session, classifier_id, now=T0)  # nothing left to cancel
 
-    assert jobs.resume_job(session, classifier_id, now=T0) == job_id
-    assert jobs.resume_job(session, classifier_id, now=T0) is None
+    assert jobs.cancelled_jobs(session, classifier_id) == [job_id]
+    assert jobs.resume_jobs(session, classifier_id, [job_id], now=T0) == [job_id]
+    assert jobs.cancelled_jobs(session, classifier_id) == []
+    assert jobs.resume_jobs(session, classifier_id, [job_id], now=T0) == []  # no longer cancelled
     session.refresh(classifier)
     assert classifier.status == ClassifierStatus.TRAINING
     resumed = jobs.claim_job(session, job_id, "w2", now=T0, lease=LEASE)

@@ -160,7 +160,7 @@ def test_cancel_clears_a_reservation(db: Session) -> None:
     ).scalar_one()
     assert jobs.cancel_job(db, classifier_id, now=t0)
     assert jobs.claim_job(db, a1, "w1", now=t0, lease=LEASE) is None
-    assert jobs.resume_job(db, classifier_id, now=t0) == a1
+    assert jobs.resume_jobs(db, classifier_id, [a1], now=t0) == [a1]
     assert reserve_fair_job(db, "w2", now=t0, hold=LEASE) == a1  # resumed: free for anyone
 
 

@@ -138,7 +138,7 @@ def test_a_lost_compare_and_set_records_no_event(
 
     assert not jobs.finish_job(session, stale, model_dir="m", metrics={}, now=utcnow())
     assert not jobs.fail_job(session, stale, reason="late", now=utcnow())
-    assert jobs.resume_job(session, classifier_id, now=utcnow()) is None
+    assert jobs.resume_jobs(session, classifier_id, [job_id], now=utcnow()) == []
 
     assert _changes(session, classifier_id) == [(NON_EXISTENT, TRAINING)]
 

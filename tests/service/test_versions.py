@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from service import jobs
 from service.models import Classifier, ClassifierVersion, Dataset, JobState, TrainingJob
 from service.store import ArtifactStore
-from tests.conftest import TenantHandle
+from tests.conftest import ADMIN_KEY, TenantHandle
 from tests.service.helpers import NLC_CSV, make_available, nlc_files
 
 MORE_CSV = NLC_CSV + "Is it windy?,conditions\nHow warm is the sea?,temperature\n"
@@ -129,6 +129,75 @@ def test_retrain_serves_the_old_version_until_the_new_one_is_available_then_roll
     events = client.get(f"/v1/classifiers/{available}/events", headers=tenant.headers).json()["status_events"]
     promotions = [(e["version"], e["type"]) for e in events if e["type"] == "classifier.version_promoted"]
     assert promotions == [(1, "classifier.version_promoted"), (2, "classifier.version_promoted")]
+    # version 2's Available caused its promote: ordered by `created`, the cause comes first
+    v2_available = {
+        e["type"]: e["created"] for e in events if (e["version"], e["status"]) == (2, "Available")
+    }
+    assert v2_available["classifier.status_changed"] < v2_available["classifier.version_promoted"]
+
+
+def _version_states(client: TestClient, tenant: TenantHandle, cid: str) -> list[tuple[int, str]]:
+    listed = client.get(f"/v1/classifiers/{cid}/versions", headers=tenant.headers).json()["versions"]
+    return sorted((v["version"], v["status"]) for v in listed)
+
+
+def test_resume_brings_back_every_version_the_cancel_stopped(
+    client: TestClient, tenant: TenantHandle, available: str, new_version: Callable[..., httpx.Response]
+) -> None:
+    base = f"/v1/classifiers/{available}"
+    assert new_version(tenant, available).status_code == 201
+    assert new_version(tenant, available).status_code == 201
+
+    assert client.post(f"{base}/cancel", headers=tenant.headers).status_code == 200
+    assert _version_states(client, tenant, available) == [
+        (1, "Available"),
+        (2, "Unavailable"),
+        (3, "Unavailable"),
+    ]
+    resumed = client.post(f"{base}/resume", headers=tenant.headers)
+
+    assert resumed.status_code == 200, resumed.text
+    assert _version_states(client, tenant, available) == [(1, "Available"), (2, "Training"), (3, "Training")]
+    assert client.post(f"{base}/resume", headers=tenant.headers).status_code == 409
+
+
+def test_a_version_cancelled_before_a_newer_one_was_made_can_still_be_resumed(
+    client: TestClient, tenant: TenantHandle, available: str, new_version: Callable[..., httpx.Response]
+) -> None:
+    base = f"/v1/classifiers/{available}"
+    assert new_version(tenant, available).status_code == 201
+    assert client.post(f"{base}/cancel", headers=tenant.headers).status_code == 200
+    assert new_version(tenant, available).status_code == 201  # version 3 trains; 2 stays cancelled
+
+    resumed = client.post(f"{base}/resume", headers=tenant.headers)
+
+    assert resumed.status_code == 200, resumed.text
+    assert _version_states(client, tenant, available) == [(1, "Available"), (2, "Training"), (3, "Training")]
+
+
+def test_resume_needs_room_for_every_cancelled_version_in_the_training_jobs_quota(
+    client: TestClient, tenant: TenantHandle, available: str, new_version: Callable[..., httpx.Response]
+) -> None:
+    base = f"/v1/classifiers/{available}"
+    assert new_version(tenant, available).status_code == 201
+    assert new_version(tenant, available).status_code == 201
+    assert client.post(f"{base}/cancel", headers=tenant.headers).status_code == 200
+    quota = client.patch(
+        f"/v1/admin/tenants/{tenant.id}/quotas",
+        json={"training_jobs": 1},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+    )
+    assert quota.status_code == 200, quota.text
+
+    refused = client.post(f"{base}/resume", headers=tenant.headers)
+
+    assert refused.status_code == 403
+    assert "the limit is 1, the tenant has 0 and this request adds 2" in refused.json()["description"]
+    assert _version_states(client, tenant, available) == [
+        (1, "Available"),
+        (2, "Unavailable"),
+        (3, "Unavailable"),
+    ]
 
 
 def test_manual_promote_keeps_the_serving_version_until_asked(

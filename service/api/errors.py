@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from service.errors import RateLimited, TaasError, Unauthorized
 
@@ -58,13 +59,29 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
         return nlc_error(400, "body: JSON nested too deeply")
     if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
         return nlc_error(400, f"body: not UTF-8 at byte offset {exc.__cause__.start}")
+    headers = dict(exc.headers or {})
     if exc.status_code == 404:
         description = f"no route for {request.method} {request.url.path}"
     elif exc.status_code == 405:
         description = f"method {request.method} is not allowed on {request.url.path}"
+        headers["Allow"] = ", ".join(_allowed_methods(request))
     else:
         description = str(exc.detail)
-    return nlc_error(exc.status_code, description, dict(exc.headers or {}))
+    return nlc_error(exc.status_code, description, headers)
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method that some route takes on the request's path (RFC 9110's ``Allow``; Starlette
+    names only the methods of the first route whose path matches)."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)
+    ]
 
 
 async def _validation_error(_request: Request, exc: RequestValidationError | ValidationError) -> JSONResponse:

@@ -127,6 +127,31 @@ def test_framework_errors_use_the_nlc_body(
     assert reply.json() == {"code": status, "error": reply.reason_phrase, "description": description}
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("PUT", "/v1/classifiers", "GET, POST"),
+        ("PUT", "/v1/classifiers/{cid}", "DELETE, GET"),
+        ("PUT", "/v1/classifiers/{cid}/classify", "GET, POST"),
+        ("DELETE", "/v1/classifiers/{cid}/classify_collection", "POST"),
+    ],
+)
+def test_a_405_names_every_method_the_path_takes(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., Any],
+    method: str,
+    path: str,
+    allowed: str,
+) -> None:
+    path = path.format(cid=create_classifier(tenant).json()["classifier_id"])
+
+    reply = client.request(method, path, headers=tenant.headers)
+
+    assert reply.status_code == 405
+    assert reply.headers["allow"] == allowed
+
+
 def test_unexpected_exception_is_500_nlc_body(settings_factory: Callable[..., Settings], tenant: Any) -> None:
     from service.app import create_app
 

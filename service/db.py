@@ -16,12 +16,16 @@ def make_engine(settings: Settings) -> Engine:
     """An engine for ``settings.resolved_database_url()``.
 
     SQLite gets WAL journaling (readers never block the writer), enforced foreign keys and a
-    busy timeout so that concurrent writers (API and workers) queue instead of failing.
+    busy timeout so that concurrent writers (API and workers) queue instead of failing. A
+    statement's error never shows its parameters (``hide_parameters``): they hold tenants'
+    secrets (a webhook secret) and data, and the unexpected-error handler logs the error.
     """
     url = settings.resolved_database_url()
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
+    engine = create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=True
+    )
     event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 

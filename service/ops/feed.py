@@ -15,13 +15,14 @@ from service import tenancy
 from service.api.deps import InvalidationsDep, SessionDep, SettingsDep
 from service.errors import BadRequest
 from service.metrics import CONTENT_TYPE, Metrics
-from service.models import utcnow
+from service.models import JobState, utcnow
 from service.ops import views
 from service.ops.session import CsrfSessionDep
 from service.ops.session import SessionDep as OpsSessionDep
 from service.worker_registry import WorkerRegistry
 
 router = APIRouter(prefix="/ops/api", include_in_schema=False)
+_STATES = [state.value for state in JobState]
 scrape_router = APIRouter(include_in_schema=False)
 
 
@@ -45,6 +46,10 @@ def jobs(
     until: str | None = None,
     page: int = Query(1, ge=1, le=2_147_483_647),
 ) -> dict[str, Any]:
+    if tenant and not tenancy.well_formed_id(tenant):  # checked before SQL sees it (a NUL fails there)
+        raise BadRequest("tenant", "is not a tenant id")
+    if state and state not in _STATES:
+        raise BadRequest("state", f"must be one of {', '.join(_STATES)}")
     where = views.JobFilter(
         tenant or None, state or None, _moment("since", since), _moment("until", until), page
     )

@@ -88,7 +88,7 @@ def job_list(session: Session, where: JobFilter) -> dict[str, Any]:
 def job_detail(session: Session, job_id: str) -> dict[str, Any]:
     """One job: its row, progress and time series, timeline, and the status and metrics of the
     classifier version it trains."""
-    job = session.get(TrainingJob, job_id)
+    job = session.get(TrainingJob, job_id) if tenancy.well_formed_id(job_id) else None  # no NUL to SQL
     if job is None:
         raise NotFound("training job", job_id)
     classifier = session.get(Classifier, job.classifier_id)

@@ -61,6 +61,8 @@ def test_overview_counts_queued_jobs_and_lists_them_in_the_job_list(
         ({"since": "yesterday"}, "since:"),
         ({"until": "0001-01-01T00:00:00+14:00"}, "until:"),  # before the year 1 in UTC
         ({"page": 4 * 10**17}, "query.page:"),
+        ({"tenant": "\0"}, "tenant: is not a tenant id"),  # PostgreSQL refused the NUL: was a 500
+        ({"state": "\0"}, "state: must be one of queued, "),
     ],
 )
 def test_a_bad_filter_is_a_400_naming_it(ops_client: TestClient, params: dict[str, Any], field: str) -> None:
@@ -69,8 +71,9 @@ def test_a_bad_filter_is_a_400_naming_it(ops_client: TestClient, params: dict[st
     assert reply.status_code == 400 and reply.json()["description"].startswith(field)
 
 
-def test_unknown_job_is_404(ops_client: TestClient) -> None:
-    assert ops_client.get("/ops/api/jobs/no-such-job").status_code == 404
+@pytest.mark.parametrize("job_id", ["no-such-job", "%00"])
+def test_unknown_job_is_404(ops_client: TestClient, job_id: str) -> None:
+    assert ops_client.get(f"/ops/api/jobs/{job_id}").status_code == 404
 
 
 def test_tenants_show_usage_classifiers_and_keys_without_secrets(

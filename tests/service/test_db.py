@@ -7,10 +7,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from service.db import hold_write_lock, make_engine, session_factory
 from service.settings import Settings
@@ -52,3 +54,16 @@ def test_a_second_sqlite_writer_waits_until_the_holder_ends(tmp_path: Path) -> N
     waiting.join(10)
 
     assert order == ["holder committed", "second saw 1"]
+
+
+def test_a_failed_statement_does_not_show_its_parameters(settings_factory: Callable[..., Settings]) -> None:
+    # the unexpected-error handler logs the exception: a bound webhook secret must not be in it
+    engine = make_engine(settings_factory())
+    with session_factory(engine)() as session, pytest.raises(DBAPIError) as failed:
+        session.execute(
+            text("INSERT INTO no_such_table (secret) VALUES (:secret)"), {"secret": "whsec_hidden"}
+        )
+
+    assert "whsec_hidden" not in str(failed.value)
+    assert "parameters hidden" in str(failed.value)
+    engine.dispose()

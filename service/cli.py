@@ -124,6 +124,10 @@ def api(
     settings = _settings()
     _check_port_free(host, port)
     _require_migrated(settings)
+    try:
+        settings.require_redis_url()  # without it every create would wait for a reconciler that cannot run
+    except RuntimeError as error:
+        _fail(str(error))
     if settings.admin_key is None:
         data = _prepare_data_dir(settings.data_dir)
         admin_key, key_file, created = _admin_key(settings.model_copy(update={"data_dir": data}))

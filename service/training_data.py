@@ -109,6 +109,12 @@ def _nlc_records(lines: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]:
     for row, fields in _csv_rows(lines):
         if len(fields) < 2:
             raise InvalidTrainingData(row, "a row needs a text and at least one class")
+        if row == 1 and [field.strip().lower() for field in fields] == ["text", "label"]:
+            raise InvalidTrainingData(
+                row,
+                "looks like a header (text,label), and NLC training data has none: leave it out, "
+                "or upload the file as a dataset (POST /v1/datasets), which reads it",
+            )
         yield row, fields[0], fields[1:]
 
 

@@ -31,8 +31,10 @@ JSON_OPTION = typer.Option(False, "--json", help="Print the server's JSON reply 
 POLL_SECONDS = 1.0
 ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # end states (classifier, version), exit codes
 
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: a line is printed whole (a failure is one line on stderr, however long); tables
+# still fit the terminal
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 datasets = typer.Typer(no_args_is_help=True, help="Labelled training data stored on the platform.")
 classifiers = typer.Typer(
     no_args_is_help=True,
@@ -190,10 +192,20 @@ def classify(
         results = _classify_online(classifier_id, texts)
     if as_json:
         return _print_json(results)
-    table = _table("text", "top class", "confidence")
+    out.print(results_table(results))
+
+
+def results_table(results: list[dict[str, Any]]) -> Table:
+    """classify's table: each text's top class and confidence, and for a multi-label model the
+    classes it predicts (its results' ``labels``)."""
+    multi_label = any("labels" in result for result in results)
+    table = _table("text", "top class", "confidence", *(["labels"] if multi_label else []))
     for result in results:
-        table.add_row(result["text"], result["top_class"], f"{result['classes'][0]['confidence']:.3f}")
-    out.print(table)
+        labels = [", ".join(result["labels"])] if multi_label else []
+        table.add_row(
+            result["text"], result["top_class"], f"{result['classes'][0]['confidence']:.3f}", *labels
+        )
+    return table
 
 
 def _classify_online(classifier_id: str, texts: list[str]) -> list[dict[str, Any]]:

@@ -20,19 +20,23 @@ def is_bundle(argument: str) -> bool:
 
 
 def classify(bundle: Path, texts: list[str]) -> list[dict[str, Any]]:
-    """Per text, ``{"text", "top_class", "classes": [{"class_name", "confidence"}]}`` (highest first)."""
+    """Per text, ``{"text", "top_class", "classes": [{"class_name", "confidence"}]}`` (highest
+    first), and for a multi-label model ``labels``."""
     from trainer.errors import TrainerError
     from trainer.inference import LoadedModel
 
     try:
-        scores = LoadedModel.load(bundle).classify(texts)
+        model = LoadedModel.load(bundle)
     except TrainerError as exc:  # BundleInvalid, CheckpointCorrupt
         raise ClientError(f"{bundle}: {exc}") from None
-    return [
-        {
+    results: list[dict[str, Any]] = []
+    for text, ranked in zip(texts, model.classify(texts), strict=True):
+        result: dict[str, Any] = {
             "text": text,
             "top_class": ranked[0][0],
             "classes": [{"class_name": name, "confidence": confidence} for name, confidence in ranked],
         }
-        for text, ranked in zip(texts, scores, strict=True)
-    ]
+        if model.multi_label:  # as the API answers: the classes it predicts
+            result["labels"] = model.labels_of(ranked)
+        results.append(result)
+    return results

@@ -11,8 +11,11 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import pytest
+import typer
 from click.testing import Result
 
+from service.client import commands
 from tests.e2e.conftest import Platform
 
 
@@ -120,3 +123,17 @@ def test_login_with_stdin_closed_says_no_key_was_given(config_home: Path) -> Non
 
     assert result.returncode == 1
     assert result.stderr.startswith("error: no key given")
+
+
+def test_a_wait_that_ends_cancelled_says_so_in_one_line_however_long(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    description = "Training was cancelled; its last checkpoint is kept. POST /v1/classifiers/x/resume " * 3
+
+    with pytest.raises(typer.Exit) as ended:
+        commands._ended(
+            {"status": "Unavailable", "status_description": description}, "classifier x", quiet=False
+        )
+
+    assert ended.value.exit_code == 1
+    assert capsys.readouterr().err == f"error: classifier x is Unavailable: {description}\n"

@@ -1,6 +1,7 @@
 """The platform's own commands refuse a bad start in one line and exit status 1 (2 for a bad
 option), before anything runs: a TAAS_* setting that does not parse, a port out of range, an
-API on a database that was never migrated, an external Redis that does not answer."""
+API on a database that was never migrated or without a Redis, an external Redis that does not
+answer."""
 
 from __future__ import annotations
 
@@ -58,6 +59,15 @@ def test_the_api_refuses_a_database_that_was_never_migrated(tmp_path: Path) -> N
         result.stderr.startswith("error: the database schema is at nothing")
         and "taas migrate" in result.stderr
     )
+
+
+def test_the_api_refuses_to_start_without_a_redis_to_queue_trainings_on(tmp_path: Path) -> None:
+    assert _run("migrate", tmp_path=tmp_path).returncode == 0
+
+    result = _run("api", "--port", str(free_port()), tmp_path=tmp_path, TAAS_ADMIN_KEY="k" * 32)
+
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: TAAS_REDIS_URL is not set")
 
 
 def test_up_refuses_an_external_redis_that_does_not_answer(tmp_path: Path) -> None:

@@ -43,6 +43,11 @@ def client(small_limits: Settings) -> Any:
         ("a,x\nb,y\nc,z\nd,w\n", "row 4: more than 3 distinct classes (max_classes)"),
         ("a,x\nb,abcdefghijk\n", "row 2: class has 11 characters; the limit is 10 (max_class_chars)"),
         ("a,x\njust text\n", "row 2: a row needs a text and at least one class"),
+        (
+            "Text,Label\na,x\nb,y\n",
+            "row 1: looks like a header (text,label), and NLC training data has none: leave it out, "
+            "or upload the file as a dataset (POST /v1/datasets), which reads it",
+        ),
         ('a,x\nb,"y\nz"\n', "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("a,x\nb,y\tz\n", "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("", "training data has no rows"),
@@ -57,6 +62,7 @@ def client(small_limits: Settings) -> Any:
         "too-many-classes",
         "class-too-long",
         "missing-class",
+        "header",
         "line-end-in-class",
         "tab-in-class",
         "empty-file",

@@ -14,6 +14,7 @@ from service.models import (
     ClassifierVersion,
     Dataset,
     JobEvent,
+    JobState,
     Promote,
     StatusEvent,
     Tenant,
@@ -164,6 +165,8 @@ def _progress(job: TrainingJob | None) -> dict[str, Any] | None:
     reported = job.progress or {}
     progress: dict[str, Any] = {name: reported.get(name) for name in PROGRESS_FIELDS}
     progress["phase"] = reported.get("phase") or job.state
+    if job.state != JobState.TRAINING.value:  # the last report's estimate ended with the training
+        progress["eta_seconds"] = None
     progress["state"] = job.state
     progress["attempts"] = job.attempts
     progress["failures"] = job.failures

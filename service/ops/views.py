@@ -181,7 +181,7 @@ def _job_row(job: TrainingJob, names: dict[str, str]) -> dict[str, Any]:
         else (step / total if step and total else 0.0),
         "loss": progress.get("loss"),
         "samples_per_second": progress.get("samples_per_second"),
-        "eta_seconds": progress.get("eta_seconds"),
+        "eta_seconds": progress.get("eta_seconds") if job.state == JobState.TRAINING.value else None,
         "learners": progress.get("learners"),
         "worker": job.lease_owner,
         "attempts": job.attempts,

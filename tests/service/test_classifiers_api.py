@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Dataset, JobEvent, JobState, TrainingJob
+from service import jobs
+from service.models import Dataset, JobEvent, JobState, TrainingJob, utcnow
 
 NLC_CLASSIFIER_KEYS = {"classifier_id", "name", "language", "created", "url", "status", "status_description"}
 
@@ -90,6 +91,25 @@ def test_get_reports_status_and_progress_extension(
         "resumed",
     } <= (body["progress"].keys())
     assert body["metrics"] is None
+
+
+def test_a_cancelled_training_reports_no_eta(
+    client: TestClient, tenant: Any, create_classifier: Callable[..., httpx.Response], session: Session
+) -> None:
+    classifier_id = create_classifier(tenant).json()["classifier_id"]
+    job_id = session.scalar(select(TrainingJob.id).where(TrainingJob.classifier_id == classifier_id))
+    lease = jobs.claim_job(session, job_id, "w1", now=utcnow(), lease=timedelta(seconds=60))
+    assert lease is not None
+    assert jobs.record_progress(
+        session, lease, {"phase": "training", "step": 5, "eta_seconds": 12.0}, now=utcnow()
+    )
+    url = f"/v1/classifiers/{classifier_id}"
+    assert client.get(url, headers=tenant.headers).json()["progress"]["eta_seconds"] == 12.0
+
+    assert client.post(f"{url}/cancel", headers=tenant.headers).status_code == 200
+
+    progress = client.get(url, headers=tenant.headers).json()["progress"]
+    assert (progress["state"], progress["step"], progress["eta_seconds"]) == ("cancelled", 5, None)
 
 
 def test_classify_while_training_is_409(

@@ -4,7 +4,6 @@ the message of the status event it recorded (``service.webhooks``)."""
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from sqlalchemy import delete, select
@@ -14,12 +13,11 @@ from service import jobs, quotas, status_events, versions, webhooks
 from service.datasets import StagedDataset, keep_dataset, undone_on_failure
 from service.errors import BadRequest, Conflict, NotFound
 from service.models import Classifier, ClassifierMode, ClassifierStatus, Dataset, JobEvent, Promote
-from service.queue import enqueue_training
+from service.queue import wake_worker
 from service.settings import Settings
 from service.store import ArtifactStore
 from service.training_data import unprintable
 
-log = logging.getLogger(__name__)
 # The codes Watson NLC accepted, exactly as its API reference spelled them (lower case).
 _LANGUAGES = ("en", "ar", "fr", "de", "it", "ja", "ko", "pt", "es")
 
@@ -171,10 +169,7 @@ def resume_training(session: Session, settings: Settings, classifier: Classifier
         raise no_resume
     jobs.reread(session, classifier)
     for job_id in job_ids:
-        try:
-            enqueue_training(settings, job_id)
-        except Exception:
-            log.exception("could not enqueue job %s; it stays queued for the reconciler", job_id)
+        wake_worker(settings, job_id)
     webhooks.send_new_events(session, settings, classifier.id)
 
 

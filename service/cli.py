@@ -42,14 +42,16 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from pydantic import ValidationError
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from service.client import register as register_client_commands
 from service.settings import Settings, get_settings
 from service.tenancy import new_admin_key
 
 _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+_MIGRATION_LOCK = 0x7461_6173_6D69_6772  # pg_advisory_lock's key for `taas migrate` ("taasmigr")
 _RESTARTS_PER_MINUTE = 5
 _STOP_GRACE_SECONDS = {"worker": 60.0, "webhooks": 15.0, "reconciler": 10.0, "api": 15.0, "redis": 15.0}
 _PR_SET_PDEATHSIG = 1
@@ -123,11 +125,7 @@ def api(
 
     settings = _settings()
     _check_port_free(host, port)
-    _require_migrated(settings)
-    try:
-        settings.require_redis_url()  # without it every create would wait for a reconciler that cannot run
-    except RuntimeError as error:
-        _fail(str(error))
+    _require_services(settings)  # without Redis every create would wait for a reconciler that cannot run
     if settings.admin_key is None:
         data = _prepare_data_dir(settings.data_dir)
         admin_key, key_file, created = _admin_key(settings.model_copy(update={"data_dir": data}))
@@ -148,30 +146,21 @@ def api(
 @cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def worker(ctx: typer.Context) -> None:
     """Run one training worker alone (python -m workers); extra options go to Celery."""
-    try:
-        _settings().require_redis_url()
-    except RuntimeError as error:
-        _fail(str(error))
+    _require_services(_settings())
     os.execv(sys.executable, [sys.executable, "-m", "workers", *ctx.args])
 
 
 @cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def webhooks(ctx: typer.Context) -> None:
     """Run the webhook worker alone (python -m workers.webhook_worker): deliver status events."""
-    try:
-        _settings().require_redis_url()
-    except RuntimeError as error:
-        _fail(str(error))
+    _require_services(_settings())
     os.execv(sys.executable, [sys.executable, "-m", "workers.webhook_worker", *ctx.args])
 
 
 @cli.command()
 def reconcile() -> None:
     """Run the reconciler alone (python -m workers.reconciler): requeue expired and lost jobs."""
-    try:
-        _settings().require_redis_url()
-    except RuntimeError as error:
-        _fail(str(error))
+    _require_services(_settings())
     os.execv(sys.executable, [sys.executable, "-m", "workers.reconciler"])
 
 
@@ -414,11 +403,39 @@ def _alembic(settings: Settings) -> Config:
 
 
 def _migrate(settings: Settings) -> None:
-    """Run ``alembic upgrade head`` on the settings' database; exits with a one-line error."""
+    """Run ``alembic upgrade head`` on the settings' database; exits with a one-line error.
+
+    On PostgreSQL under an advisory lock: migrations started at once (a deployment's replicas
+    each running ``taas migrate``) run one after another, and the later ones find the schema
+    up to date, where two concurrent upgrades of a new database collide on its first tables.
+    """
+    config = _alembic(settings)
+    engine = create_engine(settings.resolved_database_url(), poolclass=NullPool)
     try:
-        command.upgrade(_alembic(settings), "head")
+        if engine.dialect.name != "postgresql":
+            command.upgrade(config, "head")
+            return
+        with engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _MIGRATION_LOCK})
+            connection.commit()  # a session's advisory lock outlives the transaction
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+            connection.commit()
     except SQLAlchemyError as error:
         _fail(f"cannot migrate the database: {str(error).splitlines()[0]}")
+    finally:
+        engine.dispose()
+
+
+def _require_services(settings: Settings) -> None:
+    """Exit with a one-line error unless the database is migrated and the Redis URL is set:
+    what the API, a worker, the reconciler and the webhook worker need before they take any
+    request or message."""
+    _require_migrated(settings)
+    try:
+        settings.require_redis_url()
+    except RuntimeError as error:
+        _fail(str(error))
 
 
 def _require_migrated(settings: Settings) -> None:

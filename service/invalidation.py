@@ -47,6 +47,7 @@ class Invalidations:
             else None
         )
         self._stop = threading.Event()
+        self._outage = False  # Redis was lost and is not subscribed to again yet: logged once
         self._thread = threading.Thread(target=self._listen, name="serving-invalidations", daemon=True)
 
     def start(self) -> None:
@@ -82,7 +83,14 @@ class Invalidations:
                 pubsub.subscribe(CHANNEL)
                 self._receive(pubsub)
             except (redis.RedisError, OSError) as exc:
-                log.warning("serving invalidations: lost Redis (cache off until resubscribed): %s", exc)
+                if not self._outage:  # once an outage, not at every retry
+                    log.warning(
+                        "serving invalidations: lost Redis (cache off until resubscribed, "
+                        "retrying every %g s): %s",
+                        self.retry_s,
+                        exc,
+                    )
+                self._outage = True
             finally:
                 self.cache.lost()
                 pubsub.close()
@@ -100,6 +108,9 @@ class Invalidations:
             if message["type"] == "subscribe":
                 self.cache.clear()  # what was missed while away is unknown
                 subscribed = True
+                if self._outage:
+                    log.warning("serving invalidations: subscribed to Redis again, cache on")
+                self._outage = False
             elif message["type"] == "message":
                 self.cache.forget_tenant(message["data"].decode())
             if subscribed:

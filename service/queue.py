@@ -10,11 +10,14 @@ reconciler for jobs, by the webhook worker's sweep for events).
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 
 from celery import Celery
 
 from service.settings import Settings
+
+log = logging.getLogger(__name__)
 
 TRAIN_TASK = "taas.train"
 TRAINING_QUEUE = "training"
@@ -36,6 +39,16 @@ def enqueue_training(settings: Settings, job_id: str) -> None:
         retry=True,
         retry_policy=_SEND_RETRY,
     )
+
+
+def wake_worker(settings: Settings, job_id: str) -> None:
+    """:func:`enqueue_training`, or where the broker cannot take the message, one warning line
+    (a Redis outage is not a bug: no traceback). The job stays queued; the reconciler sends
+    its message."""
+    try:
+        enqueue_training(settings, job_id)
+    except Exception as exc:
+        log.warning("could not enqueue job %s (%s); it stays queued for the reconciler", job_id, exc)
 
 
 def enqueue_webhook(settings: Settings, event_id: str) -> None:

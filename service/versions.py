@@ -14,7 +14,6 @@ A promote changes what classify serves: the caller announces the tenant
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from sqlalchemy import delete, select, update
@@ -31,11 +30,9 @@ from service.models import (
     DatasetOrigin,
     TrainingJob,
 )
-from service.queue import enqueue_training
+from service.queue import wake_worker
 from service.settings import Settings
 from service.store import ArtifactStore
-
-log = logging.getLogger(__name__)
 
 
 def add_training(
@@ -72,10 +69,7 @@ def add_training(
 def start_training(session: Session, settings: Settings, job: TrainingJob) -> None:
     """After a new training's commit: wake a worker and send its status event. If the message
     cannot be sent the job stays queued for the reconciler."""
-    try:
-        enqueue_training(settings, job.id)
-    except Exception:
-        log.exception("could not enqueue job %s; it stays queued for the reconciler", job.id)
+    wake_worker(settings, job.id)
     webhooks.send_new_events(session, settings, job.classifier_id)
 
 

@@ -14,11 +14,14 @@ import sys
 
 from service.queue import TRAINING_QUEUE
 from trainer.processes import start_fork_server
-from workers.app import celery_app, worker_argv
+from workers.app import celery_app, fixed_option, worker_argv
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the worker until it is told to stop (SIGTERM: finish or checkpoint the job, then exit)."""
+    extra = sys.argv[1:] if argv is None else argv
+    if (option := fixed_option(extra)) is not None:
+        sys.exit(f"error: {option}: taas sets the pool, concurrency, queues and hostname of a worker")
     start_fork_server()
     celery_app.worker_main(
         worker_argv(
@@ -31,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
                 "--without-mingle",
                 "--loglevel=INFO",
             ],
-            sys.argv[1:] if argv is None else argv,
+            extra,
         )
     )
 

@@ -43,6 +43,20 @@ celery_app.add_defaults(_configuration)
 
 
 _BEFORE_WORKER = ("--quiet", "-q")  # Celery's own options, not its worker's: no start-up banner
+# Worker options that taas sets and a caller may not change (long form: short form): one job at
+# a time in the worker's main process (the trainer starts its own processes), on the training
+# queue, under the hostname its lease owner id is made of. Celery takes the last of a repeated
+# option, so a caller's --pool prefork would silently replace the solo pool.
+_FIXED = {"--pool": "-P", "--concurrency": "-c", "--queues": "-Q", "--hostname": "-n"}
+
+
+def fixed_option(extra: Sequence[str]) -> str | None:
+    """The first of a caller's ``extra`` worker options that would change one taas fixes."""
+    for option in extra:
+        name = option.split("=", 1)[0]
+        if name in _FIXED or any(option.startswith(short) for short in _FIXED.values()):
+            return option
+    return None
 
 
 def worker_argv(fixed: Sequence[str], extra: Sequence[str]) -> list[str]:

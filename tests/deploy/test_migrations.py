@@ -8,6 +8,9 @@ Whatever the head is gets tested: the chain is read from ``migrations/versions``
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -202,3 +205,29 @@ def test_0005_makes_every_existing_classifier_its_own_version_1(fresh_url: str) 
     assert (metrics if isinstance(metrics, dict) else json.loads(metrics)) == {"accuracy": 0.9}
     assert [tuple(v) for v in views] == [("busy", None, 1, "auto"), ("ready", 1, 1, "auto")]
     assert [tuple(j) for j in jobs] == [("busy", 1), ("ready", 1)]
+
+
+@pytest.fixture
+def fresh_postgres_url() -> Iterator[str]:
+    """A brand-new, empty PostgreSQL database for this test, dropped afterwards."""
+    yield from fresh_postgres_database("taas_mig")
+
+
+def test_migrations_started_at_once_on_a_new_postgresql_database_all_succeed(
+    fresh_postgres_url: str, tmp_path: Path
+) -> None:
+    # replicas that each run `taas migrate` at start-up: the upgrades take turns (an advisory
+    # lock); two at once on an empty database collided on its first tables
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAAS_")}
+    env.update(TAAS_DATABASE_URL=fresh_postgres_url, TAAS_DATA_DIR=str(tmp_path))
+    taas = str(Path(sys.executable).with_name("taas"))
+    runs = [
+        subprocess.Popen(
+            [taas, "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    outcomes = [(run.wait(timeout=120), run.stderr.read() if run.stderr else "") for run in runs]
+
+    assert outcomes == [(0, "")] * 3
+    assert _diff(fresh_postgres_url) == []

@@ -1,7 +1,7 @@
 """The platform's own commands refuse a bad start in one line and exit status 1 (2 for a bad
 option), before anything runs: a TAAS_* setting that does not parse, a port out of range, an
-API on a database that was never migrated or without a Redis, an external Redis that does not
-answer."""
+API or a background process on a database that was never migrated, an API without a Redis,
+a worker told to change what taas fixes, an external Redis that does not answer."""
 
 from __future__ import annotations
 
@@ -68,6 +68,29 @@ def test_the_api_refuses_to_start_without_a_redis_to_queue_trainings_on(tmp_path
 
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: TAAS_REDIS_URL is not set")
+
+
+@pytest.mark.parametrize("command", ["worker", "reconcile", "webhooks"])
+def test_the_background_processes_refuse_a_database_that_was_never_migrated(
+    tmp_path: Path, command: str
+) -> None:
+    result = _run(command, tmp_path=tmp_path, TAAS_REDIS_URL="redis://127.0.0.1:6379/0")
+
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: ") and "taas migrate" in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--pool=prefork", "--concurrency", "-c2", "-Q", "--hostname=x"])
+def test_a_worker_refuses_options_that_would_change_what_taas_fixes(tmp_path: Path, option: str) -> None:
+    assert _run("migrate", tmp_path=tmp_path).returncode == 0
+
+    result = _run("worker", option, "2", tmp_path=tmp_path, TAAS_REDIS_URL="redis://127.0.0.1:6379/0")
+
+    assert result.returncode == 1
+    assert (
+        result.stderr
+        == f"error: {option}: taas sets the pool, concurrency, queues and hostname of a worker\n"
+    )
 
 
 def test_up_refuses_an_external_redis_that_does_not_answer(tmp_path: Path) -> None:

@@ -12,8 +12,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from benchmarks.chaos import free_port
 from service import jobs
+from service.app import create_app
 from service.models import Dataset, JobEvent, JobState, TrainingJob, utcnow
+from service.settings import Settings
+from tests.service.helpers import nlc_files
 
 NLC_CLASSIFIER_KEYS = {"classifier_id", "name", "language", "created", "url", "status", "status_description"}
 
@@ -230,3 +234,21 @@ def test_a_dataset_is_kept_while_a_version_may_still_train_on_it(
     assert client.delete(f"/v1/classifiers/{cid}", headers=tenant.headers).status_code == 200
     assert delete(first).status_code == 200
     assert client.get(f"/v1/datasets/{first}", headers=tenant.headers).status_code == 404
+
+
+def test_a_create_while_redis_is_down_is_accepted_and_logged_in_one_line(
+    settings_factory: Callable[..., Settings], admin_headers: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = settings_factory(redis_url=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    with TestClient(create_app(settings)) as client:
+        key = client.post("/v1/admin/tenants", json={"name": "outage"}, headers=admin_headers).json()[
+            "api_key"
+        ]
+
+        created = client.post(
+            "/v1/classifiers", files=nlc_files(), headers={"Authorization": f"Bearer {key}"}
+        )
+
+    assert created.status_code == 200 and created.json()["status"] == "Training"  # the reconciler sends it
+    [warned] = [r for r in caplog.records if "could not enqueue job" in r.getMessage()]
+    assert warned.levelname == "WARNING" and warned.exc_info is None  # an outage, not a bug: no traceback

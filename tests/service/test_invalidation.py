@@ -62,7 +62,7 @@ def test_the_listener_keeps_the_cache_fresh_while_redis_answers(
 
 
 def test_a_dead_redis_turns_the_cache_off_and_a_restarted_one_back_on(
-    tmp_path: Path, wait_until: Callable[..., Any]
+    tmp_path: Path, wait_until: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     server = ExternalRedis(tmp_path / "redis")
     server.start()
@@ -76,9 +76,13 @@ def test_a_dead_redis_turns_the_cache_off_and_a_restarted_one_back_on(
         wait_until(lambda: not cache.usable(), timeout=2, message="the cache turned off")
         assert cache.get("a" * 64, CID) is None
         invalidations.announce("t1")  # no Redis to take it: logged, not raised
+        time.sleep(1.0)  # five retries
         server.start()
         wait_until(cache.usable, timeout=10, message="resubscribed")
         assert len(cache) == 0, "nothing from before the outage survives it"
+        said = [r.getMessage() for r in caplog.records if r.name == "service.invalidation"]
+        assert sum("lost Redis" in line for line in said) == 1, said  # once an outage, not a retry
+        assert sum("subscribed to Redis again" in line for line in said) == 1, said
     finally:
         invalidations.close()
         server.kill()

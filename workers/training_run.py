@@ -72,6 +72,15 @@ IO_FAILURE = (
     "Training could not read or write its files (for example a full or read-only disk); "
     "the operators have the details."
 )
+MISSING_DATA = (
+    "Training could not find its training data in the worker's artifact store (the API and "
+    "every worker must share it); the operators have the details."
+)
+
+
+class DatasetMissing(Exception):
+    """The database names a dataset file that this worker's artifact store lacks: most likely
+    a worker whose TAAS_ARTIFACTS_DIR (or data dir) is not the API's."""
 
 
 class JobInterrupted(Exception):
@@ -183,6 +192,9 @@ class _JobRun:
                 self._fail(lease, _tenant_reason(error))
             except SQLAlchemyError:
                 raise
+            except DatasetMissing as missing:
+                log.error("job %s: attempt %d failed: %s", self.job_id, lease.attempt, missing)
+                self._retry(lease, MISSING_DATA)
             except (TrainerError, OSError) as error:
                 log.warning("job %s: attempt %d failed: %r", self.job_id, lease.attempt, error)
                 self._retry(lease, IO_FAILURE if isinstance(error, OSError) else _tenant_reason(error))
@@ -192,8 +204,13 @@ class _JobRun:
 
     def _train_and_finish(self, lease: JobLease, dataset_path: str, context: JobContext) -> None:
         dataset_file = self.store.resolve(dataset_path)
-        # another worker on this root that finished a job on this dataset may have dropped it
-        data = read_fetched(self.store.fetch, dataset_file, read_labelled_csv)
+        try:  # another worker on this root that finished a job on this dataset may have dropped it
+            data = read_fetched(self.store.fetch, dataset_file, read_labelled_csv)
+        except FileNotFoundError:
+            raise DatasetMissing(
+                f"the dataset {dataset_path} is not in this worker's artifact store "
+                f"({self.store.root}): do the API and every worker share TAAS_ARTIFACTS_DIR?"
+            ) from None
         checkpoints = self.store.resolve(context.checkpoint_dir)
         workdir = checkpoints / f"epoch-{lease.epoch}"
         self.resumed_from = _seed_workdir(self.store, context, workdir)

@@ -16,7 +16,7 @@ from service.models import ClassifierStatus, JobEvent, JobState
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.inference import LoadedModel
-from workers.training_run import JobInterrupted, run_training_job
+from workers.training_run import MISSING_DATA, JobInterrupted, run_training_job
 
 pytestmark = pytest.mark.integration
 
@@ -154,6 +154,31 @@ def test_a_corrupt_checkpoint_falls_back_to_the_one_before_or_to_the_start(
         assert len(resumed) == 1 and resumed[0] is not None and 0 < resumed[0] < recorded_step
     else:  # from the start: no resume
         assert resumed == []
+
+
+def test_a_worker_whose_store_lacks_the_dataset_says_so_to_the_operator_and_the_tenant(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    settings_factory: Callable[..., Settings],
+    session: Session,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queued = queue_job(intents_csv)
+    unshared = settings_factory(redis_url=None, artifacts_dir=tmp_path / "another-store")  # not the API's
+
+    run_training_job(queued.job_id, unshared, "host-a:1")
+
+    job, _ = queued.reload(session)
+    assert (job.state, job.failures) == (JobState.QUEUED, 1)  # retried, not failed at once
+    [reason] = session.scalars(
+        select(JobEvent.detail).where(JobEvent.job_id == queued.job_id, JobEvent.kind == "crashed")
+    ).all()
+    assert reason == MISSING_DATA  # not the full-disk reason that any OSError gave
+    [logged] = [
+        r.getMessage() for r in caplog.records if "is not in this worker's artifact store" in r.getMessage()
+    ]
+    assert "share TAAS_ARTIFACTS_DIR" in logged
 
 
 def test_invalid_training_data_fails_the_job_with_a_reason_the_tenant_can_read(

@@ -42,7 +42,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from pydantic import ValidationError
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
@@ -442,7 +442,10 @@ def _require_migrated(settings: Settings) -> None:
     """Exit with a one-line error unless the database's schema is the newest: an API on an
     older one (or none) would answer every request with a 500."""
     head = ScriptDirectory.from_config(_alembic(settings)).get_current_head()
-    engine = create_engine(settings.resolved_database_url())
+    url = make_url(settings.resolved_database_url())
+    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).exists():
+        _fail(f"the database schema is at nothing ({url.database} does not exist): run `taas migrate` first")
+    engine = create_engine(url)
     try:
         with engine.connect() as connection:
             current = MigrationContext.configure(connection).get_current_revision()
@@ -457,6 +460,8 @@ def _require_migrated(settings: Settings) -> None:
 def _prepare_data_dir(data_dir: Path) -> Path:
     """Create the data dir and check that it is writable; returns its absolute path."""
     path = data_dir.expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        _fail(f"data dir {path} is not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):

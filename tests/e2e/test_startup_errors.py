@@ -59,6 +59,7 @@ def test_the_api_refuses_a_database_that_was_never_migrated(tmp_path: Path) -> N
         result.stderr.startswith("error: the database schema is at nothing")
         and "taas migrate" in result.stderr
     )
+    assert not (tmp_path / "var" / "taas.db").exists()  # refused without leaving an empty database
 
 
 def test_the_api_refuses_to_start_without_a_redis_to_queue_trainings_on(tmp_path: Path) -> None:
@@ -91,6 +92,15 @@ def test_a_worker_refuses_options_that_would_change_what_taas_fixes(tmp_path: Pa
         result.stderr
         == f"error: {option}: taas sets the pool, concurrency, queues and hostname of a worker\n"
     )
+
+
+def test_a_data_dir_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+
+    result = _run("up", "--port", str(free_port()), "--data-dir", str(tmp_path / "afile"), tmp_path=tmp_path)
+
+    assert result.returncode == 1
+    assert result.stderr == f"error: data dir {tmp_path / 'afile'} is not a directory\n"
 
 
 def test_up_refuses_an_external_redis_that_does_not_answer(tmp_path: Path) -> None:

@@ -621,14 +621,12 @@ def job_context(session: Session, job_id: str) -> JobContext | None:
     )
 
 
-def latest_job(session: Session, classifier_id: str) -> TrainingJob | None:
-    """The classifier's most recent job (its progress and state), or None."""
-    return session.scalars(
-        select(TrainingJob)
-        .where(TrainingJob.classifier_id == classifier_id)
-        .order_by(TrainingJob.created_at.desc())
-        .limit(1)
-    ).first()
+def eta_seconds(job: TrainingJob) -> float | None:
+    """The job's remaining seconds as its last progress report estimated them, while it trains
+    (a cancelled, queued or ended job keeps its last report, not its estimate)."""
+    if job.state != JobState.TRAINING.value:
+        return None
+    return (job.progress or {}).get("eta_seconds")
 
 
 def version_job(session: Session, classifier_id: str, number: int) -> TrainingJob | None:

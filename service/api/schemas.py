@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service import jobs
 from service.models import (
     ApiKey,
     Classifier,
@@ -14,7 +15,6 @@ from service.models import (
     ClassifierVersion,
     Dataset,
     JobEvent,
-    JobState,
     Promote,
     StatusEvent,
     Tenant,
@@ -165,8 +165,7 @@ def _progress(job: TrainingJob | None) -> dict[str, Any] | None:
     reported = job.progress or {}
     progress: dict[str, Any] = {name: reported.get(name) for name in PROGRESS_FIELDS}
     progress["phase"] = reported.get("phase") or job.state
-    if job.state != JobState.TRAINING.value:  # the last report's estimate ended with the training
-        progress["eta_seconds"] = None
+    progress["eta_seconds"] = jobs.eta_seconds(job)
     progress["state"] = job.state
     progress["attempts"] = job.attempts
     progress["failures"] = job.failures

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from service import observe, quotas, tenancy
 from service.errors import NotFound
 from service.history import HISTORY_KEY
+from service.jobs import eta_seconds
 from service.models import Classifier, ClassifierVersion, JobEvent, JobState, Tenant, TrainingJob
 from service.settings import Settings
 from service.worker_registry import WorkerRegistry
@@ -181,7 +182,7 @@ def _job_row(job: TrainingJob, names: dict[str, str]) -> dict[str, Any]:
         else (step / total if step and total else 0.0),
         "loss": progress.get("loss"),
         "samples_per_second": progress.get("samples_per_second"),
-        "eta_seconds": progress.get("eta_seconds") if job.state == JobState.TRAINING.value else None,
+        "eta_seconds": eta_seconds(job),
         "learners": progress.get("learners"),
         "worker": job.lease_owner,
         "attempts": job.attempts,

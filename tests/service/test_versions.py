@@ -141,14 +141,21 @@ def _version_states(client: TestClient, tenant: TenantHandle, cid: str) -> list[
     return sorted((v["version"], v["status"]) for v in listed)
 
 
+def _two_versions_cancelled(
+    client: TestClient, tenant: TenantHandle, cid: str, new_version: Callable[..., httpx.Response]
+) -> str:
+    """Versions 2 and 3 of ``cid`` made, then the classifier's training cancelled; its URL."""
+    base = f"/v1/classifiers/{cid}"
+    assert new_version(tenant, cid).status_code == 201
+    assert new_version(tenant, cid).status_code == 201
+    assert client.post(f"{base}/cancel", headers=tenant.headers).status_code == 200
+    return base
+
+
 def test_resume_brings_back_every_version_the_cancel_stopped(
     client: TestClient, tenant: TenantHandle, available: str, new_version: Callable[..., httpx.Response]
 ) -> None:
-    base = f"/v1/classifiers/{available}"
-    assert new_version(tenant, available).status_code == 201
-    assert new_version(tenant, available).status_code == 201
-
-    assert client.post(f"{base}/cancel", headers=tenant.headers).status_code == 200
+    base = _two_versions_cancelled(client, tenant, available, new_version)
     assert _version_states(client, tenant, available) == [
         (1, "Available"),
         (2, "Unavailable"),
@@ -178,10 +185,7 @@ def test_a_version_cancelled_before_a_newer_one_was_made_can_still_be_resumed(
 def test_resume_needs_room_for_every_cancelled_version_in_the_training_jobs_quota(
     client: TestClient, tenant: TenantHandle, available: str, new_version: Callable[..., httpx.Response]
 ) -> None:
-    base = f"/v1/classifiers/{available}"
-    assert new_version(tenant, available).status_code == 201
-    assert new_version(tenant, available).status_code == 201
-    assert client.post(f"{base}/cancel", headers=tenant.headers).status_code == 200
+    base = _two_versions_cancelled(client, tenant, available, new_version)
     quota = client.patch(
         f"/v1/admin/tenants/{tenant.id}/quotas",
         json={"training_jobs": 1},

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from service.classifiers import create_classifier
 from service.datasets import stage_upload
-from service.jobs import latest_job
+from service.jobs import version_job
 from service.models import Classifier, TrainingJob
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -108,7 +108,7 @@ def queue_job(session: Session, worker_settings: Settings, tmp_path: Path) -> Ca
             source=staged,
             now=now,
         )
-        job = latest_job(session, classifier.id)
+        job = version_job(session, classifier.id, 1)  # a new classifier is its version 1
         assert job is not None
         return QueuedJob(job.id, classifier.id, tenant_id)
 

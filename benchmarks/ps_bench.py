@@ -15,7 +15,9 @@ same model, the same synthetic batches and plain SGD (lr 0.01), one torch thread
               wait until no gradient is staler than it; not in the default modes);
 * ``ps:S``    (and ``bounded:S``) the PS with S stripes (trainer.ps.stripes; 0: every gradient
               applied whole under the apply role); plain ``ps`` takes the engine's default
-              for K (``default_stripes``);
+              for K (``default_stripes``); ``ps:S:R:M`` lands at most R rows in one call across
+              a run of stripes, joining only stripes with at least M of the gradient's rows
+              (defaults ``RUN_MAX_ROWS`` and ``JOIN_MIN_ROWS``; R = 0: each stripe alone);
 * ``hogwild`` K processes on ``model.share_memory()`` parameters, lock-free, PyTorch's Hogwild;
 * ``ddp``     K processes, DistributedDataParallel on gloo.
 
@@ -55,7 +57,7 @@ from trainer.hparams import DEFAULT_HPARAMS  # noqa: E402
 from trainer.model import ModelConfig, TextClassifier  # noqa: E402
 from trainer.ps.learner import Learner  # noqa: E402
 from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer  # noqa: E402
-from trainer.ps.stripes import default_stripes  # noqa: E402
+from trainer.ps.stripes import JOIN_MIN_ROWS, RUN_MAX_ROWS, default_stripes  # noqa: E402
 from trainer.step import Batch, TextClassifierTask, model_parameters  # noqa: E402
 
 SPARSE = ModelConfig(rows=1_000_000, dim=128, classes=150)
@@ -197,7 +199,8 @@ def run_mode(
     mode: str, kind: str, batch: int, k: int, seconds: float, bound: int = 0
 ) -> tuple[float, dict[str, Any] | None]:
     """samples/s of one mode (and the PS's counters for ps and bounded)."""
-    mode, _, stripes = mode.partition(":")
+    mode, _, layout = mode.partition(":")
+    stripes, run_rows, join_min = (layout.split(":") + ["", "", ""])[:3]
     ctx = mp.get_context("spawn")
     procs = 1 if mode == "single" else k
     ctl = torch.zeros(_FIELDS, dtype=torch.int64).share_memory_()
@@ -216,6 +219,8 @@ def run_mode(
             batch * IDS_PER_EXAMPLE,
             shared=True,
             stripes=int(stripes) if stripes else default_stripes(procs),
+            run_rows=int(run_rows) if run_rows else RUN_MAX_ROWS,
+            join_min=int(join_min) if join_min else JOIN_MIN_ROWS,
         )
         del model
         shared = ps.handles
@@ -315,7 +320,7 @@ def _table(report: dict[str, Any]) -> str:
         if ":" in r["mode"]:
             hogwild = rows[(r["model"], r["batch"])].get("hogwild")
             lines.append(
-                f"{r['model']:<7}{r['batch']:>6}  {r['mode']:<8}{r['samples_per_s']:>11,.0f} samples/s"
+                f"{r['model']:<7}{r['batch']:>6}  {r['mode']:<10}{r['samples_per_s']:>11,.0f} samples/s"
                 f"  /hogwild {_ratio(r['samples_per_s'], hogwild)}  busy {r.get('apply_busy', '-')}"
             )
     memcpy, psbw = report["memcpy_bytes_per_s"], report["ps_dense_bytes_per_s"]

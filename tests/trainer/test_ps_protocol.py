@@ -5,8 +5,8 @@ Learners are threads here so that hypothesis can try many interleavings with K u
 a few seconds; a "death" is a learner that stops forever wherever it is, holding whatever it
 holds (as a SIGKILLed process does). Real processes and real SIGKILLs are in test_ps_engine.
 Each gradient i adds -1 to rows i, i + k·n and i + 2·k·n of a table (SGD, lr 1, no staleness
-scaling; with three stripes, one row in each), so the table itself records how many times each
-part of each gradient was applied. A learner reads the version through
+scaling; with three stripes, one row in each, and any stripe may join a run), so the table
+itself records how many times each part of each gradient was applied. A learner reads the version through
 the staleness bound's gate, computes for a random while and pushes, as trainer.ps.learner does.
 """
 
@@ -49,7 +49,7 @@ class _Run:
         table = torch.zeros((_PARTS * k * n, 1))
         opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_aware=False, staleness_bound=bound)
         self.ps = ParameterServer.create(
-            [(table, True)], opt, k, max_rows=_PARTS, shared=False, stripes=stripes
+            [(table, True)], opt, k, max_rows=_PARTS, shared=False, stripes=stripes, join_min=0
         )
         self.delays = [[rng.uniform(0, 0.002) for _ in range(n)] for _ in range(k)]
         self.local = threading.local()

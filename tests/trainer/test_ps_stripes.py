@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from trainer.ps import counters as C
 from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer, Stopped
-from trainer.ps.stripes import CHUNK_MIN, StripeLayout, default_stripes
+from trainer.ps.stripes import CHUNK_MIN, JOIN_MIN_ROWS, StripeLayout, default_stripes, land_in_turn
 
 
 def test_the_table_is_cut_into_row_ranges_large_dense_parameters_into_flat_ranges() -> None:
@@ -47,12 +48,16 @@ def test_two_learners_keep_the_unstriped_server_more_get_one_stripe_each() -> No
     assert [default_stripes(k) for k in (1, 2, 3, 16)] == [0, 0, 3, 16]
 
 
+@pytest.mark.parametrize("join_min", [0, JOIN_MIN_ROWS])
 @pytest.mark.parametrize("dense", [CHUNK_MIN, 7], ids=["cut-dense", "runs"])
 @pytest.mark.parametrize("stripes", [1, 3, 8])
-def test_concurrent_striped_pushes_add_every_gradient_exactly_once(stripes: int, dense: int) -> None:
+def test_concurrent_striped_pushes_add_every_gradient_exactly_once(
+    stripes: int, dense: int, join_min: int
+) -> None:
     """Integer-valued gradients, so float sums in any order are exact: the table and the
     dense parameter must equal the sum of every pushed gradient (Hogwild would lose some).
-    A small dense parameter leaves the layout joinable: stripes then land in runs."""
+    A small dense parameter leaves the layout joinable: stripes then land in runs (with
+    ``join_min`` 0 any stripe joins one)."""
     k, pushes, rows = 4, 60, 50
     opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_aware=False)
     ps = ParameterServer.create(
@@ -62,6 +67,7 @@ def test_concurrent_striped_pushes_add_every_gradient_exactly_once(stripes: int,
         40,
         shared=False,
         stripes=stripes,
+        join_min=join_min,
     )
     generator = torch.Generator().manual_seed(7)
     plans = [
@@ -202,9 +208,31 @@ def test_a_run_never_spans_a_stripe_landed_in_an_earlier_pass() -> None:
     """Stripes 0 and 2 taken at first: the first pass lands stripe 1 alone, the second holds
     0 and finds 2 free. Joining them in one run would land stripe 1's row a second time."""
     opt = OptimizerConfig(kind="sgd", lr=1.0, staleness_aware=False)
-    ps = ParameterServer.create([(torch.zeros(6, 1), True)], opt, 1, 8, shared=False, stripes=3)
+    ps = ParameterServer.create([(torch.zeros(6, 1), True)], opt, 1, 8, shared=False, stripes=3, join_min=1)
     assert ps.layout is not None and ps.layout.joinable and ps.layout.rows_per_stripe == 2
     ps.stripe_locks[:] = [_ScriptedLock(1), _ScriptedLock(0), _ScriptedLock(2)]
     ps._land(torch.tensor([4, 2, 0]), [-torch.ones(3, 1)], 1.0, 1, 0)
     assert ps.params[0][:, 0].tolist() == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
     assert [lock.busy for lock in ps.stripe_locks] == [0, 0, 0]  # both passes happened
+
+
+@pytest.mark.parametrize(
+    ("join_min", "runs"), [(0, [[0, 1, 2, 3]]), (8, [[0], [1, 2], [3]]), (10, [[0], [1], [2], [3]])]
+)
+def test_only_stripes_with_rows_enough_join_a_run(join_min: int, runs: list[list[int]]) -> None:
+    """Stripes 0-3 hold 1, 8, 9 and 1 of the gradient's rows: a stripe with fewer than
+    ``join_min`` neither starts a run nor joins one, so a gradient with a few rows in each
+    stripe does not hold them all through one call."""
+    landed: list[list[int]] = []
+    locks = [multiprocessing.get_context("spawn").Lock() for _ in range(4)]  # the server's kind
+    land_in_turn(
+        locks,
+        [0, 1, 2, 3],
+        lambda held: landed.append(list(held)),
+        [0, 1, 9, 18, 19],
+        lambda: None,
+        64,
+        join_min,
+    )
+    assert landed == runs
+    assert all(lock.acquire(block=False) for lock in locks)  # every one released

@@ -36,7 +36,7 @@ import torch.multiprocessing as mp
 from trainer.ps import counters as C
 from trainer.ps.counters import Counters, PSStats, staleness_bucket
 from trainer.ps.slots import BASE_VERSION, FREE, POSITION, READY, ROWS, SAMPLES, SlotHandles, SlotRing
-from trainer.ps.stripes import StripeLayout, land_in_turn
+from trainer.ps.stripes import JOIN_MIN_ROWS, RUN_MAX_ROWS, StripeLayout, land_in_turn
 
 _HELP_WAIT_S = 0.01  # how long a blocked pusher waits on the apply role before re-checking STOP
 
@@ -123,6 +123,8 @@ class PSHandles:
     slots: SlotHandles
     apply_lock: Any
     stripes: list[Any] = field(default_factory=list)  # one lock per stripe; none: land under the role
+    run_rows: int = RUN_MAX_ROWS  # the most rows a run of stripes lands in one call (land_in_turn)
+    join_min: int = JOIN_MIN_ROWS  # a stripe with fewer of a gradient's rows lands alone (land_in_turn)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -184,6 +186,8 @@ class ParameterServer:
         device: torch.device | None = None,
         locks: tuple[Any, list[Any], list[Any]] | None = None,
         stripes: int = 0,
+        run_rows: int = RUN_MAX_ROWS,
+        join_min: int = JOIN_MIN_ROWS,
     ) -> ParameterServer:
         """A fresh server over copies of ``params`` ((tensor, is_rows) each), version 0.
 
@@ -194,7 +198,8 @@ class ParameterServer:
         ``stripes``: S > 0 lands gradients outside the apply role, S stripes in parallel
         (trainer.ps.stripes); 0 applies them whole under the role. ``locks``: the apply lock,
         the publish locks and the stripe locks made before the learners were spawned (their
-        stripe count wins over ``stripes``).
+        stripe count wins over ``stripes``). ``run_rows`` and ``join_min``: how a lander joins
+        stripes into runs landed in one call (trainer.ps.stripes.land_in_turn).
         """
         if (stripes or (locks and locks[2])) and device is not None and device.type == "cuda":
             raise ValueError("stripes are for learner processes on CPU; CUDA learners are streams")
@@ -236,6 +241,8 @@ class ParameterServer:
                 slots,
                 apply_lock,
                 stripe_locks,
+                run_rows,
+                join_min,
             )
         )
 
@@ -573,6 +580,8 @@ class ParameterServer:
             land,
             cuts if layout.joinable else None,
             self._check_stripe_wait,
+            self.handles.run_rows,
+            self.handles.join_min,
         )
 
     def _check_stripe_wait(self) -> None:

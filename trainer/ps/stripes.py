@@ -14,7 +14,8 @@ The layout: the row parameter (the embedding table) is cut into S ranges of rows
 parameter of at least ``CHUNK_MIN`` elements into S flat ranges; a smaller one goes whole
 to one stripe (cutting it would only multiply per-call costs). A gradient's rows are split
 by range; its stripes are taken in whatever order they come free, later free ones of it
-landing in one call (``land_in_turn``). At K = 16: dense 0.96 x Hogwild, sparse 0.53-0.61 x.
+landing in one call when each has rows enough (``land_in_turn``). At K = 16: dense 0.88-0.96 x
+Hogwild, sparse 0.5-0.7 x at batch 1 and 0.77-0.86 x at batch 16 (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ CHUNK_MIN = 1 << 18  # dense parameters this large (1 MiB of float32) are cut ac
 # A run of stripes lands at most this many rows in one call (land_in_turn). At K = 16, runs of
 # up to 128 rows, or stripes with dense pieces landing alone, measured no better.
 RUN_MAX_ROWS = 64
+# A stripe with fewer of a gradient's rows than this lands alone (land_in_turn). Joining saves
+# a call's fixed cost but holds every stripe of the run for the whole call, dense pieces
+# included: a batch-1 gradient (24 rows over 16 stripes) joined most stripes into one run with
+# the output layer's add, so at K = 16 each landing held nearly every lock. Measured at K = 16,
+# sparse model, ps / Hogwild in the same runs: batch 1 0.34-0.48 -> 0.52-0.70, batch 16
+# 0.77-0.84 -> 0.79-0.86 (docs/benchmarks.md).
+JOIN_MIN_ROWS = 8
 _WAIT_S = 0.01  # a blocked stripe wait re-checks whether to give up this often
 
 
@@ -120,6 +128,8 @@ def land_in_turn(
     land: Callable[[list[int]], None],
     cuts: list[int] | None,
     check: Callable[[], None],
+    run_rows: int = RUN_MAX_ROWS,
+    join_min: int = JOIN_MIN_ROWS,
 ) -> None:
     """Land every stripe in ``stripes`` under its lock, ``land(held)`` for runs of them.
 
@@ -127,7 +137,8 @@ def land_in_turn(
     stripe: stripe s has rows ``cuts[s]:cuts[s + 1]``), a lander holding a run takes the next
     stripe too if its lock is free at once, it lies later in the table with none of the
     gradient's rows in between (stripes skipped in this pass, or landed in an earlier one),
-    and the run stays within ``RUN_MAX_ROWS`` rows: the run's rows, ``cuts[held[0]]`` to
+    it has at least ``join_min`` of the rows (as the run's first stripe must), and the run
+    stays within ``run_rows`` rows: the run's rows, ``cuts[held[0]]`` to
     ``cuts[held[-1] + 1]``, then land in one call. Without ``cuts`` each stripe lands alone.
     When every stripe left is taken, wait for the first of them, holding none, calling
     ``check()`` every ``_WAIT_S`` (it raises to give up: the holder may be dead). Nothing is
@@ -143,11 +154,11 @@ def land_in_turn(
             if not locks[held[0]].acquire(block=False):
                 left.append(held[0])
                 continue
-            if cuts is not None:
-                limit = cuts[held[0]] + RUN_MAX_ROWS
+            if cuts is not None and cuts[held[0] + 1] - cuts[held[0]] >= join_min:
+                limit = cuts[held[0]] + run_rows
                 while (
                     i < n
-                    and _joins(cuts, held[-1], pending[i], limit)
+                    and _joins(cuts, held[-1], pending[i], limit, join_min)
                     and locks[pending[i]].acquire(block=False)
                 ):
                     held.append(pending[i])
@@ -161,9 +172,14 @@ def land_in_turn(
         pending = left
 
 
-def _joins(cuts: list[int], last: int, stripe: int, limit: int) -> bool:
+def _joins(cuts: list[int], last: int, stripe: int, limit: int, join_min: int) -> bool:
     """Whether ``stripe`` may join a run ending at ``last`` whose rows must end by ``limit``."""
-    return stripe > last and cuts[stripe] == cuts[last + 1] and cuts[stripe + 1] <= limit
+    return (
+        stripe > last
+        and cuts[stripe] == cuts[last + 1]
+        and cuts[stripe + 1] <= limit
+        and cuts[stripe + 1] - cuts[stripe] >= join_min
+    )
 
 
 def _land_run(locks: Sequence[Any], held: list[int], land: Callable[[list[int]], None]) -> None:

@@ -166,7 +166,12 @@ def test_a_tenant_holding_both_slots_gives_one_to_a_tenant_that_arrives(
     )
     events = _timeline(session, a_jobs)
     yielded = _yielded(events)
-    assert len(yielded) == 1, [(e.job_id[:8], e.kind, e.detail) for e in events]
+    # on failure, every job's events in time order, B's included: who held which slot when
+    story = [
+        (f"{e.at:%H:%M:%S.%f}", e.job_id[:8], e.kind, e.detail)
+        for e in _timeline(session, [*a_jobs, single.job_id])
+    ]
+    assert len(yielded) == 1, story
     timeline = [e.kind for e in events if e.job_id == yielded[0]]
     after = timeline[timeline.index("queued", 1) :]  # from its release on
     assert after[:3] == ["queued", "claimed", "resumed"] and after[-1] == "done", timeline

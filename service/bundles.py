@@ -34,6 +34,7 @@ from service.models import (
 )
 from service.settings import Settings
 from service.store import ArtifactStore, read_fetched
+from service.training_data import Limits, class_names_problem
 from trainer.bundle import BundleInvalid, extract_bundle, write_bundle
 from trainer.errors import CheckpointCorrupt
 from trainer.inference import LoadedModel
@@ -86,8 +87,10 @@ def import_bundle(
         try:
             extracted = extract_bundle(bundle, staging, max_bytes=settings.max_upload_bytes)
             loaded = LoadedModel.load(staging)  # its tensors load and fit its configs
-        except (BundleInvalid, CheckpointCorrupt) as exc:
-            raise BadRequest(BUNDLE_FIELD, str(exc)) from None
+        except (BundleInvalid, CheckpointCorrupt) as exc:  # named by its files, not the staging folder's path
+            raise BadRequest(BUNDLE_FIELD, str(exc).replace(f"{staging}: ", "")) from None
+        if (problem := class_names_problem(loaded.labels, Limits.from_settings(settings))) is not None:
+            raise BadRequest(BUNDLE_FIELD, f"model.json: {problem}")
         about = extracted.about
         classifier = Classifier(
             id=new_id(),

@@ -20,7 +20,7 @@ import itertools
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -213,6 +213,23 @@ def _check_text(row: int, text: str, limits: Limits) -> str:
             row, f"text has {len(text)} characters; the limit is {limits.max_text_chars} (max_text_chars)"
         )
     return text
+
+
+def class_names_problem(labels: Sequence[str], limits: Limits) -> str | None:
+    """What in a model's class names (an imported bundle's) breaks the rules its training
+    data would have had to meet, or None."""
+    if not limits.min_classes <= len(labels) <= limits.max_classes:
+        return (
+            f"the model has {len(labels)} classes; {limits.min_classes} to {limits.max_classes} are allowed"
+            " (min_classes, max_classes)"
+        )
+    for number, label in enumerate(labels, 1):
+        try:
+            if _check_label(0, label, limits) != label:
+                return f"class {number} starts or ends with white space"
+        except InvalidTrainingData as exc:
+            return f"class {number}: {exc.rule}"
+    return None
 
 
 def _check_label(row: int, label: str, limits: Limits) -> str:

@@ -126,7 +126,7 @@ def _manifest(members: dict[str, bytes]) -> dict[str, Any]:
     try:
         manifest = json.loads(members[MANIFEST])
         files = manifest["files"]
-        if manifest["format"] != FORMAT or set(files) != set(MODEL_FILES):
+        if manifest["format"] != FORMAT or not isinstance(files, dict) or set(files) != set(MODEL_FILES):
             raise ValueError(f"expected format {FORMAT} listing {', '.join(MODEL_FILES)}")
         if not isinstance(manifest.get("about", {}), dict):
             raise ValueError("'about' must be an object")

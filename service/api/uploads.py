@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError, MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -154,27 +154,36 @@ async def _read_multipart(
         elif part.buffer is not None:
             upload.fields[part.name] = bytes(part.buffer)
 
-    parser = MultipartParser(
-        boundary,
-        {
-            "on_part_begin": on_part_begin,
-            "on_header_field": on_header_field,
-            "on_header_value": on_header_value,
-            "on_header_end": on_header_end,
-            "on_headers_finished": on_headers_finished,
-            "on_part_data": on_part_data,
-            "on_part_end": on_part_end,
-        },
-    )
+    ended = False
+
+    def on_end() -> None:  # the closing boundary: without it the last part may be cut short
+        nonlocal ended
+        ended = True
+
     try:
+        parser = MultipartParser(
+            boundary,
+            {
+                "on_part_begin": on_part_begin,
+                "on_header_field": on_header_field,
+                "on_header_value": on_header_value,
+                "on_header_end": on_header_end,
+                "on_headers_finished": on_headers_finished,
+                "on_part_data": on_part_data,
+                "on_part_end": on_part_end,
+                "on_end": on_end,
+            },
+        )
         async for chunk in _limited_stream(request, limit):
             parser.write(chunk)
         parser.finalize()
-    except MultipartParseError as exc:
+    except (MultipartParseError, FormParserError) as exc:  # the latter: a boundary over 256 bytes
         raise BadRequest("body", f"malformed multipart body ({exc})") from None
     finally:
         if part.sink is not None and not part.sink.closed:
             part.sink.close()
+    if not ended:
+        raise BadRequest("body", "the multipart body ends before its closing boundary: it was cut short")
 
 
 class BodyLimit:

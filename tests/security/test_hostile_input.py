@@ -135,6 +135,45 @@ def test_malformed_multipart_is_400(
     nothing_kept(tenant.id)
 
 
+def _nlc_create_body(boundary: str) -> bytes:
+    """An NLC create (metadata, then training data) as one multipart body."""
+    return (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="training_metadata"\r\n\r\n'
+        '{"language": "en", "name": "cut"}\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="training_data"; filename="t.csv"\r\n\r\n'
+        f"{NLC_CSV}\r\n--{boundary}--\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("boundary", "cut", "problem"),
+    [("x", 0, None), ("x", 10, "cut short"), ("x", 15, "cut short"), ("b" * 257, 0, "Boundary length 257")],
+    ids=["whole", "no-closing-boundary", "cut-in-a-row", "boundary-too-long"],
+)
+def test_a_multipart_body_cut_short_or_with_a_long_boundary_is_400(
+    client: TestClient,
+    tenant: Any,
+    nothing_kept: Callable[[str], None],
+    boundary: str,
+    cut: int,
+    problem: str | None,
+) -> None:
+    """A body that ends before its closing boundary lost its end in transit: its last row
+    (here cut inside a class name) must not train a class the client never sent."""
+    body = _nlc_create_body(boundary)
+    reply = client.post(
+        "/v1/classifiers",
+        content=body[: len(body) - cut],
+        headers={**tenant.headers, "Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )
+
+    if problem is None:
+        assert reply.status_code == 200, reply.text
+        return
+    _nlc_error(reply, 400, problem)
+    nothing_kept(tenant.id)
+
+
 def test_a_10_mb_single_field_is_refused(client: TestClient, tenant: Any, available_id: str) -> None:
     ten_mb = "a" * (10 * 1024 * 1024)
 

@@ -113,6 +113,23 @@ def _rebundled(bundle: bytes, *, about: dict[str, Any] | None = None, **meta: An
         (lambda b: _rebundled(b, metrics=[1, 2]), "model.json has metrics that are not a JSON object"),
         (lambda b: b[: len(b) // 2], "not a complete taas bundle"),
         (lambda b: b"not a bundle at all", "not a complete taas bundle"),
+        (lambda b: _rebundled(b, labels=["temperature", "cond\titions"]), "class 2: class must not contain"),
+        (lambda b: _rebundled(b, labels=["temperature", "c" * 3000]), "model.json: class 2: class has 3000"),
+        (lambda b: _rebundled(b, labels=[" temperature", "conditions"]), "class 1 starts or ends with white"),
+        (
+            lambda b: _rebundled(b, featurizer={"word_ngrams": 100_000}),
+            "model files do not fit together: featurizer",
+        ),
+    ],
+    ids=[
+        "tampered",
+        "metrics",
+        "truncated",
+        "garbage",
+        "tab-in-class",
+        "long-class",
+        "spaced-class",
+        "ngrams",
     ],
 )
 def test_a_bad_bundle_is_400_naming_the_problem_and_leaves_nothing(
@@ -127,7 +144,9 @@ def test_a_bad_bundle_is_400_naming_the_problem_and_leaves_nothing(
     other = tenant_factory()
     reply = _import(client, other, spoil(_export(client, available, tenant)))
     assert reply.status_code == 400
-    assert reply.json()["description"].startswith("bundle: ") and problem in reply.json()["description"]
+    description = reply.json()["description"]
+    assert description.startswith("bundle: ") and problem in description, description
+    assert str(store.root) not in description  # named by the bundle's files, not the server's paths
     assert client.get("/v1/classifiers", headers=other.headers).json()["classifiers"] == []
     left = [p for p in (store.root / "tenants" / other.id).rglob("*") if p.is_file()]
     staged = [p for p in (store.root / "tmp").rglob("*") if p.is_file()]

@@ -98,6 +98,12 @@ def _meta_with(**fields: object) -> Callable[[dict[str, bytes]], dict[str, bytes
     return change
 
 
+def _files_listed(members: dict[str, bytes]) -> dict[str, bytes]:
+    manifest = json.loads(members[MANIFEST])
+    manifest["files"] = list(manifest["files"])  # the names, without their sizes and checksums
+    return {**members, MANIFEST: json.dumps(manifest).encode()}
+
+
 _DEEP = b"[" * 20_000 + b"]" * 20_000  # past the parser's recursion limit
 
 
@@ -112,6 +118,7 @@ _DEEP = b"[" * 20_000 + b"]" * 20_000  # past the parser's recursion limit
         (lambda m: {**m, MANIFEST: b"{not json"}, "manifest.json is not a taas bundle manifest"),
         (lambda m: {**m, MANIFEST: _DEEP}, "manifest.json is not a taas bundle manifest"),
         (lambda m: _resealed(m, _DEEP), "model.json is not a taas model: no readable model.json"),
+        (_files_listed, "manifest.json is not a taas bundle manifest"),
     ],
 )
 def test_an_altered_bundle_is_refused_by_name_and_nothing_is_written(
@@ -137,6 +144,51 @@ def test_a_resealed_bundle_whose_labels_do_not_fit_its_model_is_refused(
 ) -> None:
     _rewrite(bundle, _meta_with(labels=labels))
     with pytest.raises(CheckpointCorrupt, match=f"model files do not fit together: {problem}"):
+        LoadedModel.load(bundle)
+
+
+def _model_json(members: dict[str, bytes]) -> dict[str, object]:
+    return dict(json.loads(members[META_FILE]))
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda meta: {"model": {**meta["model"], "rows": 6_000_000}}, "'buckets' has shape"),
+        (lambda meta: {"model": {**meta["model"], "classes": 0}}, "dim and classes at least 1"),
+        (lambda meta: {"model": {**meta["model"], "dim": "64"}}, "must be whole numbers"),
+        (lambda meta: {"featurizer": {**meta["featurizer"], "word_ngrams": 100_000}}, "word_ngrams must be"),
+        (
+            lambda meta: {"featurizer": {**meta["featurizer"], "char_ngram_max": "5"}},
+            "char_ngram_max must be",
+        ),
+        (lambda meta: {"featurizer": {**meta["featurizer"], "char_ngram_min": 6}}, "above char_ngram_max"),
+        (lambda meta: {"featurizer": {**meta["featurizer"], "buckets": 8}}, "'buckets' must rise strictly"),
+        (lambda meta: {"featurizer": []}, "'featurizer' must be an object"),
+    ],
+    ids=[
+        "huge-rows",
+        "no-classes",
+        "text-dim",
+        "word-ngrams",
+        "text-ngrams",
+        "ngrams-crossed",
+        "few-buckets",
+        "list",
+    ],
+)
+def test_a_resealed_bundle_whose_shapes_or_settings_are_not_a_models_is_refused(
+    bundle: Path, change: Callable[[dict[str, object]], dict[str, object]], problem: str
+) -> None:
+    """Shapes are checked against the stored tensors before anything is built (6 M rows would
+    be gigabytes), and n-gram settings within what training writes (they set classify's cost)."""
+
+    def reseal(members: dict[str, bytes]) -> dict[str, bytes]:
+        meta = _model_json(members)
+        return _resealed(members, json.dumps(meta | change(meta)).encode())
+
+    _rewrite(bundle, reseal)
+    with pytest.raises(CheckpointCorrupt, match=f"model files do not fit together: .*{problem}"):
         LoadedModel.load(bundle)
 
 

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from trainer.data import LabelledData
 from trainer.engine import train
@@ -38,6 +43,49 @@ def test_load_refuses_an_altered_weights_file(model_dir: Path) -> None:
         handle.seek(100)
         handle.write(b"\x00\x01\x02")
     with pytest.raises(CheckpointCorrupt, match="checksum"):
+        LoadedModel.load(model_dir)
+
+
+def _replace_weights(model_dir: Path, payload: bytes) -> None:
+    """Write ``payload`` as the weights, with model.json's checksum to match (a forged model)."""
+    (model_dir / WEIGHTS_FILE).write_bytes(payload)
+    meta = json.loads((model_dir / META_FILE).read_text())
+    meta["weights_sha256"] = hashlib.sha256(payload).hexdigest()
+    (model_dir / META_FILE).write_text(json.dumps(meta))
+
+
+def _saved(value: object) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("forge", "problem"),
+    [
+        (lambda _: b"not a torch file", "not a tensors-only torch file"),
+        (lambda _: b"", "not a tensors-only torch file"),
+        (lambda _: _saved([1, 2]), "does not hold named tensors"),
+        (lambda weights: _saved({**weights, "idf": "high"}), "no tensor 'idf'"),
+        (
+            lambda weights: _saved({**weights, "output.bias": weights["output.bias"] * math.nan}),
+            "NaN or infinite",
+        ),
+        (
+            lambda weights: _saved({**weights, "embedding": weights["embedding"] * math.inf}),
+            "NaN or infinite",
+        ),
+    ],
+    ids=["garbage", "empty", "a-list", "a-string", "nan", "inf"],
+)
+def test_load_refuses_weights_that_are_not_finite_named_tensors(
+    model_dir: Path, forge: Callable[[dict[str, torch.Tensor]], bytes], problem: str
+) -> None:
+    """Checksums that match (a forged bundle) do not make odd weights a model: a NaN one
+    would answer every classify with NaN confidences."""
+    weights = torch.load(model_dir / WEIGHTS_FILE, weights_only=True)
+    _replace_weights(model_dir, forge(weights))
+    with pytest.raises(CheckpointCorrupt, match=problem):
         LoadedModel.load(model_dir)
 
 

@@ -21,7 +21,7 @@ from trainer import engine
 from trainer.bundle import write_bundle
 from trainer.data import LabelledData, MultiLabelData, multilabel_split
 from trainer.engine import train
-from trainer.errors import InvalidTrainingData, TrainingStopped
+from trainer.errors import CheckpointCorrupt, InvalidTrainingData, TrainingStopped
 from trainer.evaluate import (
     DEFAULT_THRESHOLD,
     THRESHOLDS,
@@ -250,6 +250,12 @@ def test_without_held_out_scores_the_threshold_is_the_default(
     assert result.metrics["evaluated_on"] == "training"
     assert result.metrics["threshold"] == DEFAULT_THRESHOLD
     assert LoadedModel.load(tmp_path / "m").threshold == DEFAULT_THRESHOLD
+    meta_file = tmp_path / "m" / META_FILE
+    meta = json.loads(meta_file.read_text())
+    for odd in (math.nan, 0.0, 1.5):  # every class chosen, or none, whatever the text
+        meta_file.write_text(json.dumps(meta | {"threshold": odd}))
+        with pytest.raises(CheckpointCorrupt, match="threshold"):
+            LoadedModel.load(tmp_path / "m")
 
 
 def test_small_data_is_scored_by_cross_fitting(tmp_path: Path, quick_hparams: HParams) -> None:

@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimit,
         upload_bytes=settings.max_upload_bytes,
         json_bytes=settings.max_json_bytes,
+        idle_seconds=settings.body_idle_seconds,
         # NLC create, a new version, a bundle import, a dataset upload.
         upload_paths=re.compile(r"/v1/classifiers(/import|/[^/]+/versions)?|/v1/datasets"),
     )

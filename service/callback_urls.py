@@ -54,6 +54,8 @@ def check_callback_url(url: str, *, allow_private: bool) -> Destination:
         raise UnsafeCallback("must be an http:// or https:// URL")
     if not parts.hostname:
         raise UnsafeCallback("has no host")
+    if port == 0:  # urlsplit allows it; nothing can be reached there
+        raise UnsafeCallback("has port 0")
     if parts.username is not None or parts.password is not None:
         raise UnsafeCallback("must not carry credentials")
     try:

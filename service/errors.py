@@ -72,6 +72,15 @@ class Conflict(TaasError):
     status, title = 409, "Conflict"
 
 
+class RequestTimeout(TaasError):
+    """The request body stopped arriving for ``Settings.body_idle_seconds``."""
+
+    status, title = 408, "Request Timeout"
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the request body stalled: nothing arrived for {seconds:g} s")
+
+
 class PayloadTooLarge(TaasError):
     """The request body exceeds ``Settings.max_upload_bytes``."""
 

@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+TRAINER_MAX_TEXT_CHARS = 4096  # trainer.data.MAX_TEXT_CHARS (importing it here would load torch)
+
 
 class Settings(BaseSettings):
     """Everything an operator may set. Tenants never see or change any of it."""
@@ -51,7 +53,12 @@ class Settings(BaseSettings):
     # --- training-data rules (Watson NLC's) ---------------------------------------------
     max_upload_bytes: int = Field(32 * 1024 * 1024, gt=0, description="Largest request body for an upload.")
     max_training_rows: int = Field(20_000, gt=0, description="Most rows in one training set.")
-    max_text_chars: int = Field(1024, gt=0, description="Longest text of a training row.")
+    max_text_chars: int = Field(
+        1024,
+        gt=0,
+        le=TRAINER_MAX_TEXT_CHARS,
+        description="Longest text of a training row (at most the trainer's limit).",
+    )
     max_classify_chars: int = Field(
         2048, gt=0, description="Longest text of a classify or classify_collection call (NLC's 2,048)."
     )
@@ -189,6 +196,9 @@ class Settings(BaseSettings):
     )
     max_json_bytes: int = Field(
         1024 * 1024, gt=0, description="Largest JSON request body (classify, admin; uploads excepted)."
+    )
+    body_idle_seconds: float = Field(
+        60.0, gt=0, description="A request body that sends nothing for this long is refused (408)."
     )
     classify_burst_seconds: float = Field(
         2.0, gt=0, description="Burst a tenant may spend at once, in seconds of its classify rate."

@@ -83,13 +83,17 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
             writer.writerow(["text", "label"])
             for row, text, labels in records:
                 input_rows += 1
-                if input_rows > limits.max_rows:
-                    raise InvalidTrainingData(row, f"more than {limits.max_rows} rows (max_training_rows)")
                 text = _check_text(row, text, limits)
                 for label in dict.fromkeys(_check_label(row, label, limits) for label in labels):
                     if label not in classes and len(classes) >= limits.max_classes:
                         raise InvalidTrainingData(
                             row, f"more than {limits.max_classes} distinct classes (max_classes)"
+                        )
+                    if written == limits.max_rows:  # pairs: 10 rows of 3,000 classes were 30,000
+                        raise InvalidTrainingData(
+                            row,
+                            f"more than {limits.max_rows} training rows (max_training_rows;"
+                            " a text with several classes counts once per class)",
                         )
                     classes.add(label)
                     (quoted if "\r" in text or "\r" in label else writer).writerow([text, label])

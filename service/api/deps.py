@@ -80,8 +80,16 @@ KeyDep = Annotated[str, Depends(_key)]
 def _tenant(key: KeyDep, session: SessionDep, settings: SettingsDep) -> Tenant:
     tenant = tenant_for_key(session, key)
     if tenant is not None:
+        _release(session)
         return tenant
     raise _refusal(settings, key)
+
+
+def _release(session: Session) -> None:
+    """End the dependency's read, returning its connection to the pool (objects stay loaded:
+    no expiry on commit). An upload route streams its body after this, and a connection held
+    through 15 slow uploads emptied the pool: every other request then waited 30 s for a 500."""
+    session.commit()
 
 
 def _refusal(settings: Settings, key: str) -> Exception:
@@ -107,11 +115,15 @@ AdminDep = Annotated[None, Depends(_admin)]
 def _classifier(classifier_id: str, tenant: TenantDep, session: SessionDep) -> Classifier:
     if not well_formed_id(classifier_id):
         raise NotFound("classifier", classifier_id)
-    return classifiers.get_classifier(session, tenant.id, classifier_id)
+    classifier = classifiers.get_classifier(session, tenant.id, classifier_id)
+    _release(session)
+    return classifier
 
 
 def _dataset(dataset_id: str, tenant: TenantDep, session: SessionDep) -> Dataset:
-    return datasets.get_dataset(session, tenant.id, dataset_id)
+    dataset = datasets.get_dataset(session, tenant.id, dataset_id)
+    _release(session)
+    return dataset
 
 
 ClassifierDep = Annotated[Classifier, Depends(_classifier)]

@@ -13,7 +13,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from service.errors import RateLimited, TaasError, Unauthorized
@@ -39,6 +41,8 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(ValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(ClientDisconnect, _client_left)
+    app.add_exception_handler(PoolTimeout, _pool_exhausted)
     app.add_exception_handler(Exception, _unexpected)
 
 
@@ -95,6 +99,21 @@ async def _validation_error(_request: Request, exc: RequestValidationError | Val
         where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
         problems.append(f"{where}: {error.get('msg', 'invalid')}")
     return nlc_error(400, "; ".join(problems) or "invalid request")
+
+
+async def _client_left(request: Request, _exc: Exception) -> JSONResponse:
+    """The client went away mid-body: nobody reads the answer, and it is not the server's error
+    (nginx's 499, so that the 5xx count stays the server's own)."""
+    log.info("client closed %s %s before sending its whole body", request.method, request.url.path)
+    return nlc_error(
+        499, "the client closed the connection before its request body ended", title="Client Closed Request"
+    )
+
+
+async def _pool_exhausted(request: Request, _exc: Exception) -> JSONResponse:
+    """Every database connection stayed busy past the pool's timeout: overload, so retry later."""
+    log.warning("no database connection free for %s %s: answered 503", request.method, request.url.path)
+    return nlc_error(503, "the service is overloaded; retry shortly", {"Retry-After": "5"})
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -82,6 +82,12 @@ def version_from_upload(
     try:
         raw = upload.fields.get(TRAINING_METADATA)
         metadata = {} if raw is None else _metadata(raw)
+        if unknown := sorted(set(metadata) - {"callback_url"}):  # not silently ignored
+            raise BadRequest(
+                f"{TRAINING_METADATA}.{unknown[0]}",
+                "a new version takes only a callback_url; name, language, mode and promote are"
+                " the classifier's, set when it was created",
+            )
         callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
         staged = _stage_training_data(upload, store, settings, classifier.tenant_id)
         with datasets.undone_on_failure(session, store, staged):

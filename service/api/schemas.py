@@ -52,7 +52,10 @@ class CreateFromDataset(BaseModel):
 
 
 class VersionFromDataset(BaseModel):
-    """JSON new version (extension): train the next version on a stored dataset."""
+    """JSON new version (extension): train the next version on a stored dataset. Any other
+    field is refused, not ignored: name, language, mode and promote are the classifier's."""
+
+    model_config = ConfigDict(extra="forbid")
 
     dataset_id: str
     callback_url: str | None = None

@@ -9,6 +9,7 @@ has a file name — the ibm-watson SDK sends none). The caller removes the files
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import BadRequest, PayloadTooLarge
+from service.errors import BadRequest, PayloadTooLarge, RequestTimeout
 from service.store import ArtifactStore
 
 SMALL_PART_BYTES = 64 * 1024  # metadata and name fields
@@ -190,13 +191,21 @@ class BodyLimit:
     """ASGI middleware: every request body has a limit, checked on ``Content-Length`` before the
     app runs and counted while it streams. Upload routes (POST to a path that ``upload_paths``
     matches whole) may send ``upload_bytes``; every other route, whose bodies are small JSON,
-    ``json_bytes``."""
+    ``json_bytes``. A body that sends nothing for ``idle_seconds`` is refused (408): a stalled
+    upload would otherwise hold its socket, staging file and request forever."""
 
     def __init__(
-        self, app: ASGIApp, *, upload_bytes: int, json_bytes: int, upload_paths: re.Pattern[str]
+        self,
+        app: ASGIApp,
+        *,
+        upload_bytes: int,
+        json_bytes: int,
+        upload_paths: re.Pattern[str],
+        idle_seconds: float,
     ) -> None:
         self.app = app
         self.upload_bytes, self.json_bytes, self.upload_paths = upload_bytes, json_bytes, upload_paths
+        self.idle_seconds = idle_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -213,15 +222,22 @@ class BodyLimit:
                 scope, receive, send
             )
             return
-        received = 0
+        received, complete = 0, False
 
         async def limited() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, complete
+            if complete:  # after the body, a receive waits for the client to leave: no deadline
+                return await receive()
+            try:
+                async with asyncio.timeout(self.idle_seconds):
+                    message = await receive()
+            except TimeoutError:
+                raise RequestTimeout(self.idle_seconds) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise PayloadTooLarge(limit)
+                complete = not message.get("more_body", False)
             return message
 
         await self.app(scope, limited, send)

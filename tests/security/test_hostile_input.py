@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier, Dataset, TrainingJob
+from service.models import Classifier
 from service.settings import Settings
 from tests.conftest import ADMIN_KEY
 from tests.service.helpers import NLC_CSV, nlc_files
@@ -37,23 +37,6 @@ def still_serving(client: TestClient) -> Iterator[None]:
     yield
     reply = client.get("/v1/admin/tenants", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     assert reply.status_code == 200
-
-
-@pytest.fixture
-def nothing_kept(session: Session, settings: Settings) -> Callable[[str], None]:
-    """``nothing_kept(tenant_id)``: the tenant has no rows, and the store holds no files at all."""
-
-    def check(tenant_id: str) -> None:
-        session.expire_all()
-        for model in (Dataset, Classifier, TrainingJob):
-            count = session.scalar(
-                select(func.count()).select_from(model).where(model.tenant_id == tenant_id)
-            )
-            assert count == 0, f"{model.__tablename__} has {count} row(s)"
-        root = settings.resolved_artifacts_dir()
-        assert [p for p in root.rglob("*") if p.is_file()] == [] if root.exists() else True
-
-    return check
 
 
 def _nlc_error(reply: httpx.Response, status: int, *fragments: str) -> None:

@@ -57,6 +57,7 @@ def test_non_public_addresses_are_refused(url: str, why: str) -> None:
         ("http:///hook", "no host"),
         ("http://user:pw@93.184.216.34/hook", "credentials"),
         ("http://93.184.216.34:99999/hook", "not a valid URL"),
+        ("http://93.184.216.34:0/hook", "port 0"),
         ("http://no-such-host.invalid/hook", "does not resolve"),
         ("http://93.184.216.34/" + "a" * 2048, "at most 2048"),
     ],

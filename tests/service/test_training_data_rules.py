@@ -8,9 +8,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
-from service.settings import Settings
-from trainer.data import read_labelled_csv
+from service.settings import TRAINER_MAX_TEXT_CHARS, Settings
+from trainer.data import MAX_TEXT_CHARS, read_labelled_csv
 
 GOOD = "good text,a\nother text,b\n"
 
@@ -28,6 +29,9 @@ def client(small_limits: Settings) -> Any:
         yield c
 
 
+_PAIRS = "more than 4 training rows (max_training_rows; a text with several classes counts once per class)"
+
+
 @pytest.mark.parametrize(
     ("csv", "expected"),
     [
@@ -37,7 +41,14 @@ def client(small_limits: Settings) -> Any:
             "training data has 1 distinct class(es); at least 2 are required (min_classes)",
         ),
         ("a,x\n" + "b" * 21 + ",y\n", "row 2: text has 21 characters; the limit is 20 (max_text_chars)"),
-        ("a,x\nb,y\nc,x\nd,y\ne,x\n", "row 5: more than 4 rows (max_training_rows)"),
+        (
+            "a,x\nb,y\nc,x\nd,y\ne,x\n",
+            "row 5: " + _PAIRS,
+        ),
+        (
+            "a,x,y\nb,y,x\nc,x\n",
+            "row 3: " + _PAIRS,
+        ),
         ("a,x\n  ,y\n", "row 2: text is empty"),
         ("a,x\nb, \n", "row 2: class is empty"),
         ("a,x\nb,y\nc,z\nd,w\n", "row 4: more than 3 distinct classes (max_classes)"),
@@ -57,6 +68,7 @@ def client(small_limits: Settings) -> Any:
         "one-class",
         "text-too-long",
         "too-many-rows",
+        "too-many-text-class-pairs",
         "empty-text",
         "empty-class",
         "too-many-classes",
@@ -212,3 +224,10 @@ def test_a_carriage_return_inside_a_text_reaches_the_trainer_intact(
     [stored] = list(store.root.rglob("*.csv"))
     read = read_labelled_csv(stored)
     assert (read.texts, read.labels) == (["first line\rsecond", "other"], ["a", "b"])
+
+
+def test_the_text_limit_cannot_be_set_past_the_trainers() -> None:
+    """A longer limit let a row through intake that the trainer then refused: the job failed."""
+    assert TRAINER_MAX_TEXT_CHARS == MAX_TEXT_CHARS
+    with pytest.raises(ValidationError, match="max_text_chars"):
+        Settings(max_text_chars=MAX_TEXT_CHARS + 1)

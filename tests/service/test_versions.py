@@ -359,6 +359,15 @@ def test_a_version_from_a_stored_dataset_and_bad_requests(
     assert unknown.status_code == 404
     bad_row = new_version(tenant, available, csv="only one column\n")
     assert bad_row.status_code == 400 and "row 1" in bad_row.json()["description"]
+    for field, value in (("mode", "multi_label"), ("promote", "manual"), ("name", "renamed")):
+        kept = new_version(tenant, available, metadata={field: value})  # the classifier's, not a version's
+        assert kept.status_code == 400 and f"training_metadata.{field}" in kept.json()["description"]
+    stray = client.post(
+        f"/v1/classifiers/{available}/versions",
+        json={"dataset_id": dataset.json()["dataset_id"], "mode": "multi_label"},
+        headers=tenant.headers,
+    )
+    assert stray.status_code == 400 and "mode" in stray.json()["description"]
     listed = client.get(f"/v1/classifiers/{available}/versions", headers=tenant.headers).json()
     assert [v["version"] for v in listed["versions"]] == [1, 2]
 

@@ -1,0 +1,91 @@
+"""Slow and vanishing clients against a real server (uvicorn on a socket): an upload that stalls
+is refused once it has sent nothing for ``body_idle_seconds``, and while it stalls it holds no
+database connection, so other tenants' requests are not starved of them."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from service.app import create_app
+from service.settings import Settings
+
+IDLE_S = 1.0
+
+
+@pytest.fixture
+def server(settings_factory: Callable[..., Settings]) -> Iterator[tuple[int, FastAPI]]:
+    """The API on a free local port, in a thread, with a short body idle limit."""
+    app = create_app(settings_factory(body_idle_seconds=IDLE_S))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    running = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not running.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.02)
+    yield port, app
+    running.should_exit = True
+    thread.join(timeout=30)
+
+
+def _start_upload(port: int, key: str) -> socket.socket:
+    """A dataset upload that sends its headers and a first line, then nothing more."""
+    conn = socket.create_connection(("127.0.0.1", port))
+    conn.sendall(
+        b"POST /v1/datasets HTTP/1.1\r\nHost: x\r\n"
+        + f"X-API-Key: {key}\r\n".encode()
+        + b"Content-Type: text/csv\r\nContent-Length: 1000000\r\n\r\ntext,label\r\n"
+    )
+    return conn
+
+
+def _status(conn: socket.socket, timeout: float) -> int:
+    conn.settimeout(timeout)
+    head = conn.recv(4096).split(b"\r\n", 1)[0]  # HTTP/1.1 408 Request Timeout
+    return int(head.split()[1])
+
+
+def test_a_stalled_upload_holds_no_connection_and_is_refused_after_the_idle_limit(
+    server: tuple[int, FastAPI], tenant: Any, nothing_kept: Callable[[str], None]
+) -> None:
+    port, app = server
+    started = time.monotonic()
+    uploads = [_start_upload(port, tenant.api_key) for _ in range(3)]
+    try:
+        time.sleep(IDLE_S / 2)  # authenticated, streaming their bodies
+        engine = app.state.sessions.kw["bind"]
+        assert engine.pool.checkedout() == 0  # a pool of 5 + 10 outlasted 15 of these before
+        statuses = [_status(conn, timeout=IDLE_S * 10) for conn in uploads]
+    finally:
+        for conn in uploads:
+            conn.close()
+    assert statuses == [408, 408, 408]
+    assert time.monotonic() - started < IDLE_S * 8
+    nothing_kept(tenant.id)
+
+
+def test_a_client_that_leaves_mid_body_is_not_a_server_error(
+    server: tuple[int, FastAPI], tenant: Any, nothing_kept: Callable[[str], None]
+) -> None:
+    port, app = server
+    _start_upload(port, tenant.api_key).close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        seen = app.state.metrics.exposition().decode()
+        if 'route="/v1/datasets"' in seen:
+            break
+        time.sleep(0.05)
+    assert 'route="/v1/datasets",status="499"' in seen
+    assert 'route="/v1/datasets",status="500"' not in seen
+    nothing_kept(tenant.id)

@@ -48,12 +48,13 @@ from alembic import command
 from alembic.config import Config
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.orm import Session
 
 from benchmarks.chaos import create_database, drop_database
 from service.app import create_app
 from service.db import make_engine, session_factory
+from service.models import Classifier, Dataset, TrainingJob
 from service.settings import Settings
 from service.store import ArtifactStore
 
@@ -312,3 +313,21 @@ def _wait_until(
 def wait_until() -> Callable[..., Any]:
     """Poll a predicate until it holds or a deadline passes (see the module docstring)."""
     return _wait_until
+
+
+@pytest.fixture
+def nothing_left_behind(session: Session, settings: Settings) -> Callable[[str], None]:
+    """``nothing_left_behind(tenant_id)`` asserts the tenant has no rows and the store no files."""
+
+    def check(tenant_id: str) -> None:
+        session.expire_all()
+        for model in (Dataset, Classifier, TrainingJob):
+            count = session.scalar(
+                select(func.count()).select_from(model).where(model.tenant_id == tenant_id)
+            )
+            assert count == 0, f"{model.__tablename__} has {count} row(s) left"
+        root: Path = settings.resolved_artifacts_dir()
+        files = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+        assert files == [], f"files left behind: {files}"
+
+    return check

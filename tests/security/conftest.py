@@ -9,11 +9,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier, Dataset, TrainingJob
-from service.settings import Settings
 from service.store import ArtifactStore
 from tests.service.helpers import make_available, nlc_files, train_tiny_model
 
@@ -57,20 +54,3 @@ def estate_factory(
         return Estate(tenant, created.json(), dataset.json())
 
     return build
-
-
-@pytest.fixture
-def nothing_kept(session: Session, settings: Settings) -> Callable[[str], None]:
-    """``nothing_kept(tenant_id)``: the tenant has no rows, and the store holds no files at all."""
-
-    def check(tenant_id: str) -> None:
-        session.expire_all()
-        for model in (Dataset, Classifier, TrainingJob):
-            count = session.scalar(
-                select(func.count()).select_from(model).where(model.tenant_id == tenant_id)
-            )
-            assert count == 0, f"{model.__tablename__} has {count} row(s)"
-        root = settings.resolved_artifacts_dir()
-        assert [p for p in root.rglob("*") if p.is_file()] == [] if root.exists() else True
-
-    return check

@@ -57,16 +57,16 @@ def _create(
 
 
 def test_huge_multipart_body_is_413_naming_the_limit(
-    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None]
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:
     huge = "text,label\n" * (UPLOAD_LIMIT // 10)
 
     _nlc_error(_create(client, tenant, huge), 413, f"limit of {UPLOAD_LIMIT} bytes")
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 def test_huge_streamed_body_without_length_is_413_while_it_arrives(
-    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None]
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:
     def chunks() -> Iterator[bytes]:
         yield b"text,label\n"
@@ -78,11 +78,11 @@ def test_huge_streamed_body_without_length_is_413_while_it_arrives(
     )
 
     _nlc_error(reply, 413, f"limit of {UPLOAD_LIMIT} bytes")
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 def test_thousands_of_tiny_parts_are_400(
-    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None]
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:
     boundary = "b0undary"
     parts = "".join(
@@ -97,7 +97,7 @@ def test_thousands_of_tiny_parts_are_400(
     )
 
     _nlc_error(reply, 400, "more than 16 multipart parts")
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_thousands_of_tiny_parts_are_400(
     ids=["unterminated", "garbage", "empty"],
 )
 def test_malformed_multipart_is_400(
-    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None], body: bytes
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None], body: bytes
 ) -> None:
     reply = client.post(
         "/v1/classifiers",
@@ -115,7 +115,7 @@ def test_malformed_multipart_is_400(
     )
 
     assert reply.status_code == 400, reply.text
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 def _nlc_create_body(boundary: str) -> bytes:
@@ -136,7 +136,7 @@ def _nlc_create_body(boundary: str) -> bytes:
 def test_a_multipart_body_cut_short_or_with_a_long_boundary_is_400(
     client: TestClient,
     tenant: Any,
-    nothing_kept: Callable[[str], None],
+    nothing_left_behind: Callable[[str], None],
     boundary: str,
     cut: int,
     problem: str | None,
@@ -154,7 +154,7 @@ def test_a_multipart_body_cut_short_or_with_a_long_boundary_is_400(
         assert reply.status_code == 200, reply.text
         return
     _nlc_error(reply, 400, problem)
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 def test_a_10_mb_single_field_is_refused(client: TestClient, tenant: Any, available_id: str) -> None:
@@ -177,12 +177,12 @@ def test_a_10_mb_single_field_is_refused(client: TestClient, tenant: Any, availa
 
 
 def test_a_metadata_part_over_the_field_limit_is_400(
-    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None]
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:
     reply = _create(client, tenant, metadata={"language": "en", "name": "n" * (100 * 1024)})
 
     _nlc_error(reply, 400, "training_metadata", "65536 bytes")
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 def _deep(depth: int) -> str:
@@ -256,20 +256,20 @@ def test_json_the_parser_refuses_is_400(
     ids=["latin-1", "mixed-utf8-then-latin1", "utf-16", "invalid-bytes"],
 )
 def test_training_data_that_is_not_utf8_is_400_naming_the_row(
-    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None], data: bytes, row: int
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None], data: bytes, row: int
 ) -> None:
     reply = _create(client, tenant, data)
 
     assert reply.status_code == 400, reply.text
     assert reply.json()["description"].startswith(f"row {row}:")
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 @pytest.mark.parametrize(
     "text", ["\ud800 lone surrogate", "bad \udcff byte"], ids=["high-surrogate", "escaped-byte"]
 )
 def test_unencodable_text_is_400_everywhere(
-    client: TestClient, tenant: Any, available_id: str, text: str, nothing_kept: Callable[[str], None]
+    client: TestClient, tenant: Any, available_id: str, text: str, nothing_left_behind: Callable[[str], None]
 ) -> None:
     escaped = json.dumps({"text": text})  # json.dumps writes the surrogate as a \\u escape
 
@@ -350,17 +350,17 @@ def test_an_echoed_lone_surrogate_is_shown_escaped_not_a_500(
     ids=["nul", "space", "tab"],
 )
 def test_callback_urls_with_spaces_or_control_characters_are_400(
-    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None], url: str
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None], url: str
 ) -> None:
     reply = _create(client, tenant, metadata={"language": "en", "name": "x", "callback_url": url})
 
     _nlc_error(reply, 400, "training_metadata.callback_url: must not contain spaces or control characters")
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 @pytest.mark.parametrize("route", ["/v1/classifiers", "/v1/datasets"])
 def test_a_part_sent_twice_is_400_and_leaves_no_spooled_copy(
-    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None], route: str
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None], route: str
 ) -> None:
     metadata = ("training_metadata", (None, '{"language": "en", "name": "x"}', "application/json"))
     data = [("training_data", (f"{i}.csv", NLC_CSV, "text/csv")) for i in range(2)]
@@ -368,7 +368,7 @@ def test_a_part_sent_twice_is_400_and_leaves_no_spooled_copy(
     reply = client.post(route, files=[metadata, *data], headers=tenant.headers)
 
     _nlc_error(reply, 400, "multipart part 'training_data' appears twice")
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 # --- what the data says ----------------------------------------------------------------------
@@ -415,7 +415,7 @@ def test_path_like_names_are_only_names(
 
 
 def test_names_over_the_limit_or_with_control_characters_are_400(
-    client: TestClient, tenant: Any, nothing_kept: Callable[[str], None]
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:
     for name in ("n" * 257, "a\x00b", "tab\tseparated\x07bell"):
         reply = client.post(
@@ -426,7 +426,7 @@ def test_names_over_the_limit_or_with_control_characters_are_400(
         )
         _nlc_error(reply, 400, "name")
         _nlc_error(_create(client, tenant, metadata={"language": "en", "name": name}), 400, "name")
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 @pytest.mark.parametrize(

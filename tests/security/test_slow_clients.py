@@ -57,7 +57,7 @@ def _status(conn: socket.socket, timeout: float) -> int:
 
 
 def test_a_stalled_upload_holds_no_connection_and_is_refused_after_the_idle_limit(
-    server: tuple[int, FastAPI], tenant: Any, nothing_kept: Callable[[str], None]
+    server: tuple[int, FastAPI], tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:
     port, app = server
     started = time.monotonic()
@@ -72,11 +72,11 @@ def test_a_stalled_upload_holds_no_connection_and_is_refused_after_the_idle_limi
             conn.close()
     assert statuses == [408, 408, 408]
     assert time.monotonic() - started < IDLE_S * 8
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)
 
 
 def test_a_client_that_leaves_mid_body_is_not_a_server_error(
-    server: tuple[int, FastAPI], tenant: Any, nothing_kept: Callable[[str], None]
+    server: tuple[int, FastAPI], tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:
     port, app = server
     _start_upload(port, tenant.api_key).close()
@@ -88,4 +88,4 @@ def test_a_client_that_leaves_mid_body_is_not_a_server_error(
         time.sleep(0.05)
     assert 'route="/v1/datasets",status="499"' in seen
     assert 'route="/v1/datasets",status="500"' not in seen
-    nothing_kept(tenant.id)
+    nothing_left_behind(tenant.id)

@@ -10,11 +10,8 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier, Dataset, TrainingJob
-from service.settings import Settings
 from service.store import ArtifactStore
 from tests.service.helpers import NLC_CSV, make_available, nlc_files, train_tiny_model
 
@@ -46,21 +43,3 @@ def create_classifier(client: TestClient) -> Callable[..., httpx.Response]:
         return client.post("/v1/classifiers", files=nlc_files(csv, metadata), headers=tenant.headers)
 
     return create
-
-
-@pytest.fixture
-def nothing_left_behind(session: Session, settings: Settings) -> Callable[[str], None]:
-    """``nothing_left_behind(tenant_id)`` asserts the tenant has no rows and the store no files."""
-
-    def check(tenant_id: str) -> None:
-        session.expire_all()
-        for model in (Dataset, Classifier, TrainingJob):
-            count = session.scalar(
-                select(func.count()).select_from(model).where(model.tenant_id == tenant_id)
-            )
-            assert count == 0, f"{model.__tablename__} has {count} row(s) left"
-        root: Path = settings.resolved_artifacts_dir()
-        files = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
-        assert files == [], f"files left behind: {files}"
-
-    return check

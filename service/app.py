@@ -7,11 +7,12 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.types import Receive, Scope, Send
 
 from service import ops, serving
 from service.api import errors
+from service.api.deps import utf8_query
 from service.api.fast_classify import FastClassify
 from service.api.routes import admin, bundles, classifiers, classify, datasets, versions, webhooks
 from service.api.uploads import BodyLimit
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="taas",
         summary="Text-classification training as a service, wire-compatible with Watson NLC v1.",
         lifespan=lifespan,
+        dependencies=[Depends(utf8_query)],
     )
     errors.install(app)
     app.fast_classify = FastClassify(app.state, metrics, fallback=super(TaasAPI, app).__call__)

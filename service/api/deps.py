@@ -10,6 +10,7 @@ are plain functions (FastAPI runs them in a worker thread).
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
@@ -19,7 +20,7 @@ from fastapi import Depends, Header, Query, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import classifiers, datasets, serving
-from service.errors import Forbidden, NotFound, Unauthorized
+from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from service.invalidation import Invalidations
 from service.lookup_cache import LookupCache
 from service.models import Classifier, Dataset, Tenant
@@ -28,6 +29,23 @@ from service.serving import ModelCache, Servable
 from service.settings import Settings
 from service.store import ArtifactStore
 from service.tenancy import hash_key, is_admin_key, presented_key, tenant_for_key, well_formed_id
+
+
+async def utf8_query(request: Request) -> None:
+    """Every route's: a query whose percent-escapes are not UTF-8 is a 400 naming the parameter.
+    Starlette would decode them to U+FFFD, so a name stored from ``?name=caf%E9`` would not be
+    what the client sent (and a classify would score other text than it asked for)."""
+    query: bytes = request.scope["query_string"]
+    if b"%" not in query:
+        return
+    for pair in query.decode("latin-1").split("&"):
+        name, _, value = pair.partition("=")
+        try:
+            urllib.parse.unquote_plus(name, errors="strict")
+            urllib.parse.unquote_plus(value, errors="strict")
+        except UnicodeDecodeError as exc:
+            field = urllib.parse.unquote_plus(name, errors="replace") or "query"
+            raise BadRequest(field, f"not UTF-8 once percent-decoded ({exc.reason})") from None
 
 
 async def _settings(request: Request) -> Settings:

@@ -553,3 +553,25 @@ def available(client: TestClient, tenant: Any, session: Session, settings: Setti
     assert created.status_code == 200, created.text
     store = ArtifactStore(settings.resolved_artifacts_dir())
     return make_available(session, store, tenant.id, created.json()["classifier_id"], tiny_model)
+
+
+@pytest.mark.parametrize(
+    ("query", "status"), [("name=caf%C3%A9", 201), ("name=caf%E9", 400), ("na%FFme=x", 400)]
+)
+def test_a_query_that_is_not_utf8_is_400_naming_the_parameter(
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None], query: str, status: int
+) -> None:
+    """Percent-escapes decoded to U+FFFD would store a name the client never sent."""
+    reply = client.post(
+        f"/v1/datasets?{query}",
+        content="text,label\nhot?,temperature\nrain?,conditions\n",
+        headers={**tenant.headers, "Content-Type": "text/csv"},
+    )
+
+    assert reply.status_code == status, reply.text
+    if status == 201:
+        assert reply.json()["name"] == "café"
+        return
+    assert "not UTF-8 once percent-decoded" in reply.json()["description"]
+    assert reply.json()["description"].startswith(("name:", "na\ufffdme:"))
+    nothing_left_behind(tenant.id)

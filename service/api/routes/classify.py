@@ -8,7 +8,6 @@ before routing, with this module's reply, by :mod:`service.api.fast_classify`.
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -47,17 +46,7 @@ async def classify_query(
 ) -> Response:
     """Classify one text sent as the query parameter ``text``, as NLC v1 allowed besides the
     JSON body (``curl -G --data-urlencode text=...``); the same rules and reply as ``POST``."""
-    if "\ufffd" in text:  # Starlette decodes a query's bytes with replacement: refuse, as POST does
-        _check_utf8_query(request.scope["query_string"])
     return await _answer(request, target, ClassifyInput(text=text))
-
-
-def _check_utf8_query(query_string: bytes) -> None:
-    """BadRequest naming ``text`` if the query's percent-escapes are not UTF-8."""
-    try:
-        urllib.parse.parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, errors="strict")
-    except UnicodeDecodeError as exc:
-        raise BadRequest("text", f"not UTF-8 once percent-decoded ({exc.reason})") from None
 
 
 @router.post("/{classifier_id}/classify_collection", response_model=ClassificationCollection)

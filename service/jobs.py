@@ -875,5 +875,5 @@ def _set_status(
             version=row.number,
             replaced=row.serving_version,
             callback_url=row.callback_url,
-            now=now + status_events.AFTER_ITS_CAUSE,
+            now=now,  # recorded after the Available above (status_events.AFTER_THE_LAST)
         )

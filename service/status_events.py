@@ -13,7 +13,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from service.models import (
@@ -27,9 +27,11 @@ from service.models import (
 
 STATUS_CHANGED = "classifier.status_changed"
 VERSION_PROMOTED = "classifier.version_promoted"
-# A promote that a version's Available causes is recorded this long after that status change,
-# so that ordering events by ``created`` (millisecond precision on the wire) puts the cause first
-AFTER_ITS_CAUSE = timedelta(milliseconds=1)
+# Each event of a classifier is created at least this long after the one before it, so that
+# ordering by ``created`` (millisecond precision on the wire) is the order of the changes: a
+# promote after the Available that caused it, and of two racing requests (a cancel, a resume)
+# the one that took the classifier's lock second, though it read the clock first
+AFTER_THE_LAST = timedelta(milliseconds=1)
 LISTED_EVENTS = 100  # the newest events a listing shows
 
 
@@ -47,8 +49,13 @@ def record(
     type: str = STATUS_CHANGED,
 ) -> None:
     """Add the event of a version's status change (or, with ``type``, of another change) to the
-    session; the caller commits it with the change. With a ``callback_url`` the event is pending
-    delivery at once."""
+    session; the caller commits it with the change, holding the classifier's lock (so that
+    ``created`` follows the classifier's last event: ``AFTER_THE_LAST``). With a ``callback_url``
+    the event is pending delivery at once."""
+    last = session.scalar(
+        select(func.max(StatusEvent.created_at)).where(StatusEvent.classifier_id == classifier_id)
+    )
+    now = now if last is None else max(now, last + AFTER_THE_LAST)
     session.add(
         StatusEvent(
             tenant_id=tenant_id,

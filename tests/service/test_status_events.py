@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import jobs
+from service import jobs, status_events
 from service.models import ClassifierStatus, Delivery, StatusEvent, TrainingJob, utcnow
 from tests.conftest import TenantHandle
 
@@ -92,6 +92,25 @@ def test_cancel_and_resume_by_the_tenant_record_their_changes(
         (TRAINING, UNAVAILABLE),
         (UNAVAILABLE, TRAINING),
     ]
+
+
+def test_a_change_that_read_the_clock_first_but_locked_second_is_ordered_second(
+    session: Session, created: Callable[..., tuple[str, str]]
+) -> None:
+    """Two racing requests: the cancel read the clock before the resume did, but the resume
+    took the classifier's lock first. Ordered by ``created``, the events must follow the
+    changes as they were made, or a receiver ends on the wrong status."""
+    classifier_id, _ = created()
+    before = utcnow() - timedelta(seconds=5)
+    assert jobs.cancel_job(session, classifier_id, now=before)
+
+    assert _changes(session, classifier_id) == [(NON_EXISTENT, TRAINING), (TRAINING, UNAVAILABLE)]
+    times = session.scalars(
+        select(StatusEvent.created_at)
+        .where(StatusEvent.classifier_id == classifier_id)
+        .order_by(StatusEvent.id)
+    ).all()
+    assert times[1] - times[0] >= status_events.AFTER_THE_LAST
 
 
 def test_a_worker_failure_records_failed_but_a_retry_records_nothing(

@@ -6,13 +6,21 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from service import jobs, quotas, status_events, versions, webhooks
 from service.datasets import StagedDataset, keep_dataset, undone_on_failure
 from service.errors import BadRequest, Conflict, NotFound
-from service.models import Classifier, ClassifierMode, ClassifierStatus, Dataset, JobEvent, Promote
+from service.models import (
+    Classifier,
+    ClassifierMode,
+    ClassifierStatus,
+    Dataset,
+    JobEvent,
+    Promote,
+    TrainingJob,
+)
 from service.queue import wake_worker
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -112,24 +120,30 @@ def delete_classifier(
     session: Session, settings: Settings, store: ArtifactStore, classifier: Classifier, *, now: datetime
 ) -> None:
     """Cancel its jobs (a worker stops at its next fenced write), delete its rows (with its
-    versions and the datasets they were created with) and, if the version it showed has a
-    callback URL, record the deletion's status event for it; then delete its files and send the
-    event. The classifier's delivered events go with it. NotFound when a concurrent delete
-    removed it first (that one records the event)."""
+    versions and the datasets they were created with) and record the deletion's status event
+    for every callback URL its versions named (each heard of the classifier until now); then
+    delete its files and send the events. The classifier's delivered events go with it.
+    NotFound when a concurrent delete removed it first (that one records the events)."""
     jobs.lock_existing_classifier(session, classifier.id)
     shown = jobs.shown_job(session, classifier)
     jobs.cancel_jobs(session, classifier.id, now=now)
     owned = versions.owned_datasets(session, classifier.id)
     status_events.forget_delivered(session, classifier.id)
-    if shown is not None and shown.callback_url:  # without one, nobody could ever read the event
+    hooks = session.scalars(  # oldest first; without one, nobody could ever read the event
+        select(TrainingJob.callback_url)
+        .where(TrainingJob.classifier_id == classifier.id, TrainingJob.callback_url.is_not(None))
+        .group_by(TrainingJob.callback_url)
+        .order_by(func.min(TrainingJob.created_at))
+    ).all()
+    for callback_url in hooks:
         status_events.record_deleted(
             session,
             tenant_id=classifier.tenant_id,
             classifier_id=classifier.id,
-            version=shown.version,
+            version=shown.version if shown is not None else classifier.latest_version,
             previous=classifier.status,
             description="The classifier was deleted.",
-            callback_url=shown.callback_url,
+            callback_url=callback_url,
             now=now,
         )
     session.execute(delete(Classifier).where(Classifier.id == classifier.id))

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from service import jobs, status_events
 from service.models import ClassifierStatus, Delivery, StatusEvent, TrainingJob, utcnow
 from tests.conftest import TenantHandle
+from tests.service.helpers import nlc_files
 
 PUBLIC_HOOK = "http://93.184.216.34/hooks/taas"  # a public address literal: no resolver needed
 LEASE = timedelta(seconds=60)
@@ -251,3 +252,26 @@ def test_the_tenant_reads_and_rotates_its_own_webhook_secret(
     assert rotated.status_code == 200
     assert rotated.json()["secret"] not in (first, other)
     assert client.get("/v1/webhook_secret", headers=tenant.headers).json() == rotated.json()
+
+
+def test_deleting_a_classifier_tells_every_callback_url_its_versions_named(
+    client: TestClient, tenant: TenantHandle, session: Session, created: Callable[..., tuple[str, str]]
+) -> None:
+    """Version 1 named one URL, version 2 another: both heard of the classifier until now, so
+    both hear of its deletion (before, only the shown version's did)."""
+    classifier_id, _ = created(PUBLIC_HOOK)
+    other_hook = "http://93.184.216.35/hooks/other"
+    files = nlc_files(metadata={"callback_url": other_hook})
+    made = client.post(f"/v1/classifiers/{classifier_id}/versions", files=files, headers=tenant.headers)
+    assert made.status_code == 201, made.text
+
+    assert client.delete(f"/v1/classifiers/{classifier_id}", headers=tenant.headers).status_code == 200
+
+    session.rollback()
+    deleted = session.scalars(
+        select(StatusEvent).where(
+            StatusEvent.classifier_id == classifier_id, StatusEvent.status == NON_EXISTENT
+        )
+    ).all()
+    assert sorted(e.callback_url for e in deleted) == sorted([PUBLIC_HOOK, other_hook])
+    assert {e.description for e in deleted} == {"The classifier was deleted."}

@@ -159,6 +159,14 @@ def _model_config(spec: object, tensors: dict[str, torch.Tensor]) -> ModelConfig
     return config
 
 
+def _check_buckets(buckets: torch.Tensor, table: int) -> None:
+    """The kept hash buckets, one per embedding row: strictly rising, within [0, ``table``)."""
+    if len(buckets) and not (
+        bool((buckets[1:] > buckets[:-1]).all()) and 0 <= int(buckets[0]) <= int(buckets[-1]) < table
+    ):
+        raise ValueError(f"'buckets' must rise strictly within [0, {table})")
+
+
 # What training ever writes, with room: an imported model's n-gram settings set each classify's
 # cost (a word_ngrams of 100,000 took seconds of CPU a text).
 _FEATURIZER_BOUNDS = {
@@ -246,22 +254,15 @@ class LoadedModel:
         try:
             config = _model_config(meta.get("model"), tensors)
             featurizer_config = _featurizer_config(meta.get("featurizer"))
-            buckets = tensors["buckets"]
-            if len(buckets) and not (
-                bool((buckets[1:] > buckets[:-1]).all())
-                and 0 <= int(buckets[0]) <= int(buckets[-1]) < featurizer_config.buckets
-            ):
-                raise ValueError(f"'buckets' must rise strictly within [0, {featurizer_config.buckets})")
-            state = {
-                "embedding.weight": tensors["embedding"].to(torch.float32),
-                "output.weight": tensors["output.weight"],
-                "output.bias": tensors["output.bias"],
-            }
-            named = {"idf": tensors["idf"], "embedding": state["embedding.weight"]}
-            _check_finite(named | {k: state[k] for k in ("output.weight", "output.bias")}, model_dir)
-            featurizer = Featurizer(featurizer_config, buckets.numpy(), tensors["idf"].numpy())
+            _check_buckets(tensors["buckets"], featurizer_config.buckets)
+            embedding = tensors["embedding"].to(torch.float32)
+            weights = {**tensors, "embedding": embedding}  # the float32 copy is the one checked and kept
+            _check_finite({k: weights[k] for k in _WEIGHTS if k != "buckets"}, model_dir)
+            featurizer = Featurizer(featurizer_config, tensors["buckets"].numpy(), tensors["idf"].numpy())
             model = TextClassifier(config, embedding_init=0.0, output_init=0.0)  # replaced next
-            model.load_state_dict(state)
+            model.load_state_dict(
+                {"embedding.weight": embedding, **{k: tensors[k] for k in ("output.weight", "output.bias")}}
+            )
             labels = _labels(meta.get("labels"), config.classes)
             threshold = float(meta["threshold"]) if meta.get("multi_label") else None
             if threshold is not None and not 0.0 < threshold < 1.0:  # NaN too

@@ -29,6 +29,8 @@ def client(small_limits: Settings) -> Any:
         yield c
 
 
+# small_limits: max_text_chars 20 + max_classes 3 + 32 for columns and keys
+_WIDE = "more than 55 commas in one row; a row holds one text (max_text_chars) and its classes (max_classes)"
 _PAIRS = "more than 4 training rows (max_training_rows; a text with several classes counts once per class)"
 
 
@@ -62,6 +64,9 @@ _PAIRS = "more than 4 training rows (max_training_rows; a text with several clas
         ('a,x\nb,"y\nz"\n', "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("a,x\nb,y\tz\n", "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("", "training data has no rows"),
+        ("a,x\nb" + "," * 56 + "y\n", "row 2: " + _WIDE),
+        # a quoted line end joins lines into one row: its commas are counted together
+        ("a,x\nb" + "," * 30 + '"q\nr"' + "," * 30 + "y\n", "row 2: " + _WIDE),
     ],
     ids=[
         "invalid-utf8",
@@ -78,6 +83,8 @@ _PAIRS = "more than 4 training rows (max_training_rows; a text with several clas
         "line-end-in-class",
         "tab-in-class",
         "empty-file",
+        "too-many-commas",
+        "too-many-commas-over-two-lines",
     ],
 )
 def test_bad_training_data_is_400_naming_row_and_rule(
@@ -93,6 +100,16 @@ def test_bad_training_data_is_400_naming_row_and_rule(
     assert reply.status_code == 400, reply.text
     assert reply.json() == {"code": 400, "error": "Bad Request", "description": expected}
     nothing_left_behind(tenant.id)
+
+
+def test_the_widest_row_the_rules_allow_is_not_too_wide(
+    client: TestClient, tenant: Any, create_classifier: Callable[..., httpx.Response]
+) -> None:
+    """A text of max_text_chars commas with max_classes classes: the comma limit refuses only
+    rows that break another rule too."""
+    reply = create_classifier(tenant, csv='"' + "," * 20 + '",x,y,z\nb,x\n')
+
+    assert reply.status_code == 200, reply.text
 
 
 def test_bom_is_accepted(
@@ -135,6 +152,8 @@ def test_bad_metadata_is_400_and_leaves_nothing(
             'row 2: needs a string "text" and a string (or list) "label"',
         ),
         (b'{"text": "a", "label": "x"}\nnot json\n', "row 2: not a JSON object (Expecting value)"),
+        (b'{"text": "a", "label": [' + b'"x",' * 56 + b'"y"]}\n', "row 1: " + _WIDE),
+        (b"text,label\na,x\nb," + b"y," * 56 + b"\n", "row 3: " + _WIDE),
     ],
 )
 def test_bad_dataset_upload_is_400_and_leaves_nothing(

@@ -154,7 +154,12 @@ class Settings(BaseSettings):
         ),
     )
     webhook_timeout_seconds: float = Field(
-        5.0, gt=0, description="Connect and read timeout of one webhook delivery attempt."
+        5.0,
+        gt=0,
+        description=(
+            "Longest one webhook delivery attempt may take, from connecting to the start of the reply;"
+            " a receiver that trickles its reply is cut off there."
+        ),
     )
     webhook_max_attempts: int = Field(
         12, ge=1, description="Delivery attempts of one event before it is given up (failed)."

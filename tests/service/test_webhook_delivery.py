@@ -6,7 +6,9 @@ with the URL's host verified; and the relay that sends
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -157,6 +159,42 @@ def test_a_redirect_is_a_failed_attempt_and_is_not_followed(
 
     assert attempted is not None and (attempted.status_code, attempted.retry_in) == (302, BACKOFF_SECONDS)
     assert len(receiver.all()) == 1
+
+
+def test_a_receiver_trickling_its_reply_is_cut_off_at_the_timeout(
+    session: Session, settings: Settings, event_to: Callable[[str], StatusEvent]
+) -> None:
+    """httpx's timeout bounds each read: a byte every 0.2 s never trips it, and before the
+    attempt had a deadline this reply (about 8 s) held the delivery thread to its end."""
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    listener = socket.create_server(("127.0.0.1", 0))
+    sent: list[int] = []
+
+    def trickle() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            try:
+                for byte in reply:
+                    connection.sendall(bytes([byte]))
+                    sent.append(byte)
+                    time.sleep(0.2)
+            except OSError:  # the client hung up
+                pass
+
+    receiver = threading.Thread(target=trickle, daemon=True)
+    receiver.start()
+    with listener:
+        event = event_to(f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
+        attempted = webhooks.deliver(
+            session, settings.model_copy(update={"webhook_timeout_seconds": 1.0}), event.id
+        )
+        receiver.join(timeout=30)
+
+    assert attempted is not None and attempted.status_code is None
+    assert attempted.error == "TimeoutError: no reply within 1 s"
+    assert attempted.retry_in == BACKOFF_SECONDS
+    assert 0 < len(sent) < len(reply)  # hung up on mid-reply
 
 
 def test_the_address_is_checked_again_at_delivery(

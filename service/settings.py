@@ -175,6 +175,14 @@ class Settings(BaseSettings):
         30.0, ge=0, description="An event overdue this long (its message lost with Redis) is re-sent."
     )
     webhook_concurrency: int = Field(4, gt=0, description="Deliveries one webhook worker makes at once.")
+    webhook_tenant_concurrency: int = Field(
+        1,
+        gt=0,
+        description=(
+            "Delivery attempts one tenant may have in flight at once, across every webhook worker: its"
+            " other events wait, so a slow receiver delays only its own tenant's events."
+        ),
+    )
 
     # --- serving -------------------------------------------------------------------------
     model_cache_bytes: int = Field(512 * 1024 * 1024, gt=0, description="Memory budget of the model LRU.")

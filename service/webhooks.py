@@ -8,6 +8,10 @@ API calls it after its own commits, the webhook worker's sweep for everyone else
 (:func:`deliver`) begins with a compare-and-set that takes the event's next attempt, so two
 messages for one event make one attempt. Receivers dedupe on the event's ``id`` (also sent as
 ``X-Taas-Event-Id``), which makes delivery exactly once where it counts.
+
+One tenant's slow receiver delays only that tenant: an attempt ends within
+``webhook_timeout_seconds``, reply included, and a tenant has at most
+``webhook_tenant_concurrency`` attempts in flight (``service.webhook_slots``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import random
 import ssl
 import time
 from dataclasses import dataclass
@@ -27,6 +32,7 @@ from sqlalchemy import ColumnElement, Update, and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service import webhook_slots
 from service.callback_urls import UnsafeCallback, check_callback_url
 from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
 from service.jobs import BackOff
@@ -40,6 +46,7 @@ USER_AGENT = "taas-webhooks/1"
 _EXCERPT_CHARS = 200  # of a refusing receiver's reply, kept with the attempt
 _SEND_BATCH = 500  # messages one relay pass sends at most
 _LEASE_MARGIN_SECONDS = 5.0
+_FIRST_PUT_OFF_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -53,25 +60,53 @@ class Attempted:
     retry_in: float | None
 
 
-def deliver(session: Session, settings: Settings, event_id: str) -> Attempted | None:
-    """Make the event's next delivery attempt, if one is due.
+@dataclass(frozen=True)
+class Busy:
+    """The event's tenant has ``webhook_tenant_concurrency`` attempts in flight: this event's is
+    put off by ``retry_in`` seconds, no attempt spent (``service.webhook_slots``)."""
+
+    retry_in: float
+
+
+def deliver(
+    session: Session, settings: Settings, event_id: str, *, put_offs: int = 0
+) -> Attempted | Busy | None:
+    """Make the event's next delivery attempt, if one is due and its tenant has a slot free
+    (``put_offs``: how many times in a row this message has been put off for want of one).
 
     None when there is nothing to do: the event is delivered, given up or gone, its next attempt
     is not due yet, or another message's attempt is running (the claim holds the event for the
     attempt's longest possible duration, after which the relay treats it as lost).
     """
     started = utcnow()
+    tenant_id = session.scalar(select(StatusEvent.tenant_id).where(StatusEvent.id == event_id, _due(started)))
+    session.rollback()
+    if tenant_id is None:
+        return None
     hold = timedelta(seconds=2 * settings.webhook_timeout_seconds + _LEASE_MARGIN_SECONDS)
+    with webhook_slots.slot(
+        settings.require_redis_url(),
+        tenant_id,
+        event_id,
+        per_tenant=settings.webhook_tenant_concurrency,
+        hold_seconds=hold.total_seconds(),
+    ) as free:
+        if not free:
+            return _put_off(session, settings, event_id, started, put_offs)
+        return _attempt(session, settings, event_id, started, hold)
+
+
+def _due(now: datetime) -> ColumnElement[bool]:
+    return and_(StatusEvent.delivery == Delivery.PENDING.value, StatusEvent.next_attempt_at <= now)
+
+
+def _attempt(
+    session: Session, settings: Settings, event_id: str, started: datetime, hold: timedelta
+) -> Attempted | None:
     claimed = session.execute(
-        update(StatusEvent)
-        .where(
-            StatusEvent.id == event_id,
-            StatusEvent.delivery == Delivery.PENDING.value,
-            StatusEvent.next_attempt_at <= started,
-        )
+        _update_event(event_id, _due(started))
         .values(attempts=StatusEvent.attempts + 1, next_attempt_at=started + hold)
         .returning(StatusEvent.attempts)
-        .execution_options(synchronize_session=False)
     ).one_or_none()
     if claimed is None:
         session.rollback()
@@ -87,6 +122,26 @@ def deliver(session: Session, settings: Settings, event_id: str) -> Attempted | 
         return None
     status_code, error = _post(found.StatusEvent, found.webhook_secret, settings)
     return _record(session, settings, event_id, claimed.attempts, started, status_code, error)
+
+
+def _put_off(
+    session: Session, settings: Settings, event_id: str, now: datetime, put_offs: int
+) -> Busy | None:
+    """Make the event due again a little later, its message in hand (the relay must not send it
+    another). The wait starts at a quarter of a second, as a healthy receiver's attempt is over
+    by then, and doubles with each put-off up to ``webhook_timeout_seconds``, an attempt's
+    longest; jittered, so a tenant's waiting events do not all come back at once. None if it is
+    no longer due (delivered meanwhile)."""
+    wait = min(settings.webhook_timeout_seconds, _FIRST_PUT_OFF_SECONDS * 2**put_offs) * random.uniform(
+        0.5, 1.5
+    )
+    result = session.execute(
+        _update_event(event_id, _due(now)).values(
+            next_attempt_at=now + timedelta(seconds=wait), enqueued_at=now
+        )
+    )
+    session.commit()
+    return Busy(wait) if result.rowcount == 1 else None  # type: ignore[attr-defined]
 
 
 def send_due(session: Session, settings: Settings, *, classifier_id: str | None = None) -> list[str]:

@@ -2,7 +2,8 @@
 
 The task is a thin shell around :func:`service.webhooks.deliver`, which takes the attempt with a
 compare-and-set, so a duplicate message does nothing. A failed attempt is retried with
-``Task.retry(countdown=...)`` after the back-off that the attempt recorded; the cap on attempts
+``Task.retry(countdown=...)`` after the back-off that the attempt recorded, and so is one put off
+because its tenant already has ``webhook_tenant_concurrency`` attempts in flight; the cap on attempts
 lives in the database (``webhook_max_attempts``), not in Celery's ``max_retries``, so it holds
 across messages that the sweep re-sends (``workers.webhook_worker``). The task has a queue of its
 own, ``webhooks``, which only the webhook worker consumes: a delivery never waits behind a
@@ -34,13 +35,16 @@ log = logging.getLogger(__name__)
     ignore_result=True,
     max_retries=None,  # the cap is webhook_max_attempts, counted in the database
 )
-def deliver_webhook(self: Task, event_id: str) -> None:
+def deliver_webhook(self: Task, event_id: str, put_offs: int = 0) -> None:
     """Make the next delivery attempt of status event ``event_id``, if it is due; schedule the
-    one after it when this one failed. Returns quietly when there is nothing to do."""
+    one after it when this one failed, or this one when its tenant had no slot free (its
+    ``put_offs`` in a row lengthen the wait). Returns quietly when there is nothing to do."""
     with _sessions()() as session:
-        attempted = webhooks.deliver(session, get_settings(), event_id)
+        attempted = webhooks.deliver(session, get_settings(), event_id, put_offs=put_offs)
     if attempted is None:
         return
+    if isinstance(attempted, webhooks.Busy):  # its tenant's other attempts hold its slots
+        raise self.retry(countdown=attempted.retry_in, kwargs={"put_offs": put_offs + 1})
     log.info(
         "event %s attempt %d: %s",
         event_id,
@@ -48,7 +52,7 @@ def deliver_webhook(self: Task, event_id: str) -> None:
         attempted.error or f"delivered (HTTP {attempted.status_code})",
     )
     if attempted.retry_in is not None:
-        raise self.retry(countdown=attempted.retry_in)
+        raise self.retry(countdown=attempted.retry_in, kwargs={"put_offs": 0})
 
 
 @lru_cache(maxsize=1)

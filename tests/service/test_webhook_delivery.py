@@ -18,7 +18,7 @@ import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
-from sqlalchemy import select, update
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from service import jobs, webhooks
@@ -58,10 +58,11 @@ def settings(settings_factory: Callable[..., Settings], broker: redis.Redis) -> 
 def event_to(
     tenant: TenantHandle, create_classifier: Callable[..., httpx.Response], session: Session
 ) -> Callable[[str], StatusEvent]:
-    """``event_to(url)``: create a classifier with that callback URL; its first status event."""
+    """``event_to(url)``: create a classifier with that callback URL (``tenant``'s, or the given
+    one's); its first status event."""
 
-    def create(url: str) -> StatusEvent:
-        reply = create_classifier(tenant, metadata={"language": "en", "name": "w", "callback_url": url})
+    def create(url: str, owner: TenantHandle = tenant) -> StatusEvent:
+        reply = create_classifier(owner, metadata={"language": "en", "name": "w", "callback_url": url})
         assert reply.status_code == 200, reply.text
         session.rollback()
         return session.scalars(
@@ -195,6 +196,62 @@ def test_a_receiver_trickling_its_reply_is_cut_off_at_the_timeout(
     assert attempted.error == "TimeoutError: no reply within 1 s"
     assert attempted.retry_in == BACKOFF_SECONDS
     assert 0 < len(sent) < len(reply)  # hung up on mid-reply
+
+
+def test_a_tenants_attempt_in_flight_puts_off_its_next_event_and_no_other_tenants(
+    session: Session,
+    engine: Engine,
+    settings: Settings,
+    event_to: Callable[..., StatusEvent],
+    tenant_factory: Callable[..., TenantHandle],
+    wait_until: Callable[..., Any],
+) -> None:
+    """webhook_tenant_concurrency = 1: while tenant A's receiver holds an attempt, A's next event
+    is put off (no attempt spent) and tenant B's is delivered; A's goes once the slot is free."""
+    entered, release = threading.Event(), threading.Event()
+
+    def first_one_hangs() -> None:
+        if not entered.is_set():
+            entered.set()
+            release.wait(timeout=30)
+
+    with running_receiver(on_request=first_one_hangs) as receiver:
+        held, waiting = event_to(receiver.url), event_to(receiver.url)
+        other = event_to(receiver.url, tenant_factory("other"))
+        results: list[Any] = []
+
+        def deliver_held() -> None:
+            with session_factory(engine)() as own:
+                results.append(webhooks.deliver(own, settings, held.id))
+
+        attempt = threading.Thread(target=deliver_held)
+        attempt.start()
+        assert entered.wait(timeout=10)
+
+        before = utcnow()
+        put_off = webhooks.deliver(session, settings, waiting.id)
+        assert isinstance(put_off, webhooks.Busy)
+        assert 0.5 * 0.25 <= put_off.retry_in <= 1.5 * 0.25  # the first put-off's, jittered
+        assert _event(session, waiting.id).attempts == 0
+        assert _event(session, waiting.id).next_attempt_at >= before + timedelta(seconds=put_off.retry_in)
+
+        delivered = webhooks.deliver(session, settings, other.id)
+        assert delivered is not None and not isinstance(delivered, webhooks.Busy)
+        assert delivered.error is None
+
+        time.sleep(put_off.retry_in)
+        again = webhooks.deliver(session, settings, waiting.id, put_offs=5)
+        assert isinstance(again, webhooks.Busy)
+        assert 0.5 * 2.0 <= again.retry_in <= 1.5 * 2.0  # doubled up to webhook_timeout_seconds
+
+        release.set()
+        attempt.join(timeout=30)
+        assert results[0].error is None
+        time.sleep(again.retry_in)
+        later = webhooks.deliver(session, settings, waiting.id)
+
+    assert not isinstance(later, webhooks.Busy) and later.error is None
+    assert [r.event["id"] for r in receiver.accepted()] == [other.id, held.id, waiting.id]
 
 
 def test_the_address_is_checked_again_at_delivery(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -186,3 +187,49 @@ def test_an_event_whose_message_was_lost_with_redis_is_sent_by_the_sweep(
     [got] = receiver.accepted()
     assert got.event["classifier_id"] == classifier_id and got.event["status"] == "Training"
     assert _pending(session) == 0
+
+
+def test_a_tenant_whose_receiver_hangs_does_not_hold_up_another_tenants_events(
+    client: TestClient,
+    tenant_factory: Callable[..., TenantHandle],
+    session: Session,
+    start_webhook_worker: Callable[[], subprocess.Popen[bytes]],
+    wait_until: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """Tenant A's receiver hangs until tenant B's event has arrived. With one attempt per tenant
+    in flight, B's event reaches B while at most A's first attempt hangs;
+    with none (before), A's four events took the worker's four threads, and B's waited until
+    they timed out."""
+    other_arrived = threading.Event()
+    arrived_for_a: list[None] = []
+    seen_by_b: list[int] = []
+
+    def hang_until_the_other_arrives() -> None:
+        arrived_for_a.append(None)
+        other_arrived.wait(timeout=20)
+
+    def note_how_many_of_a_arrived() -> None:
+        seen_by_b.append(len(arrived_for_a))
+        other_arrived.set()
+
+    start_webhook_worker()
+    with (
+        running_receiver(on_request=hang_until_the_other_arrives) as slow,
+        running_receiver(on_request=note_how_many_of_a_arrived) as fast,
+    ):
+        hanging, waiting = tenant_factory("a"), tenant_factory("b")
+        for _ in range(4):
+            _create(client, hanging, slow)
+        _create(client, waiting, fast)
+
+        wait_until(
+            lambda: _pending(session) == 0,
+            timeout=60,
+            interval=0.2,
+            message=f"every event delivered; the worker's log: {tmp_path / 'webhooks.log'}",
+        )
+
+    [a_attempts_made] = seen_by_b  # when B's event arrived: A's first, or none yet
+    assert a_attempts_made <= 1
+    assert len(slow.accepted()) == 4  # each once: none timed out

@@ -30,10 +30,11 @@ from service.training_data import unprintable
 _LANGUAGES = ("en", "ar", "fr", "de", "it", "ja", "ko", "pt", "es")
 
 
-def check_language(language: object) -> str:
-    """One of the language codes NLC accepted, such as ``en`` or ``ja``; BadRequest otherwise."""
+def check_language(language: object, field: str = "language") -> str:
+    """One of the language codes NLC accepted, such as ``en`` or ``ja``; BadRequest naming
+    ``field`` otherwise."""
     if not isinstance(language, str) or language not in _LANGUAGES:
-        raise BadRequest("language", f"must be one of NLC's language codes: {', '.join(_LANGUAGES)}")
+        raise BadRequest(field, f"must be one of NLC's language codes: {', '.join(_LANGUAGES)}")
     return language
 
 

@@ -124,7 +124,7 @@ def _nlc_records(lines: Iterable[str], max_commas: int) -> Iterator[tuple[int, s
     for row, fields in _csv_rows(lines, max_commas):
         if len(fields) < 2:
             raise InvalidTrainingData(row, "a row needs a text and at least one class")
-        if row == 1 and [field.strip().lower() for field in fields] == ["text", "label"]:
+        if row == 1 and [field.strip().lower() for field in fields[:2]] == ["text", "label"]:
             raise InvalidTrainingData(
                 row,
                 "looks like a header (text,label), and NLC training data has none: leave it out, "

@@ -42,7 +42,7 @@ def classifier_from_upload(
         name = classifiers.check_nlc_name(
             metadata.get("name", ""), "training_metadata.name", settings.max_name_chars
         )
-        language = classifiers.check_language(metadata.get("language"))
+        language = classifiers.check_language(metadata.get("language"), "training_metadata.language")
         callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
         promote = _choice(Promote, metadata.get("promote", Promote.AUTO.value), "training_metadata.promote")
         mode = _choice(

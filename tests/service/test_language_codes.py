@@ -67,7 +67,8 @@ def test_nlc_create_with_another_code_is_a_400_and_leaves_nothing(
     assert reply.json() == {
         "code": 400,
         "error": "Bad Request",
-        "description": "language: must be one of NLC's language codes: " + ", ".join(NLC_LANGUAGES),
+        "description": "training_metadata.language: must be one of NLC's language codes: "
+        + ", ".join(NLC_LANGUAGES),
     }
     nothing_left_behind(tenant.id)
 

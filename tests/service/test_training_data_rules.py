@@ -61,6 +61,11 @@ _PAIRS = "more than 4 training rows (max_training_rows; a text with several clas
             "row 1: looks like a header (text,label), and NLC training data has none: leave it out, "
             "or upload the file as a dataset (POST /v1/datasets), which reads it",
         ),
+        (
+            "text,label,source\na,x,web\nb,y,app\n",
+            "row 1: looks like a header (text,label), and NLC training data has none: leave it out, "
+            "or upload the file as a dataset (POST /v1/datasets), which reads it",
+        ),
         ('a,x\nb,"y\nz"\n', "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("a,x\nb,y\tz\n", "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("", "training data has no rows"),
@@ -80,6 +85,7 @@ _PAIRS = "more than 4 training rows (max_training_rows; a text with several clas
         "class-too-long",
         "missing-class",
         "header",
+        "header-with-more-columns",
         "line-end-in-class",
         "tab-in-class",
         "empty-file",
@@ -123,8 +129,8 @@ def test_bom_is_accepted(
 @pytest.mark.parametrize(
     ("metadata", "field"),
     [
-        ({"name": "x"}, "language"),
-        ({"language": "english!", "name": "x"}, "language"),
+        ({"name": "x"}, "training_metadata.language"),
+        ({"language": "english!", "name": "x"}, "training_metadata.language"),
         ([1], "training_metadata"),
     ],
 )

@@ -33,6 +33,8 @@ from service.settings import Settings
 InputFormat = Literal["nlc", "labelled"]
 _ENCODING = "utf-8-sig"  # accepts, and drops, a leading BOM
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_REORDERING = re.compile("[\u202a-\u202e\u2066-\u2069]")  # bidi embeddings, overrides, isolates
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Cn", "Zs", "Zl", "Zp"})  # controls, formats, spaces
 _FORMAT_COMMAS = 32  # a row's commas besides its text's and its classes': columns, JSON keys
 
 
@@ -86,6 +88,7 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
         read = _nlc_records if fmt == "nlc" else _labelled_records
         records = read(text_in, limits.max_commas)
         classes: set[str] = set()
+        composed: dict[str, tuple[str, int]] = {}  # each class's NFC form: the class, its first row
         input_rows = written = 0
         with open(dest, "w", encoding="utf-8", newline="") as out:
             writer = csv.writer(out, lineterminator="\n")
@@ -106,6 +109,8 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
                             f"more than {limits.max_rows} training rows (max_training_rows;"
                             " a text with several classes counts once per class)",
                         )
+                    if label not in classes:
+                        _check_composed(row, label, composed)
                     classes.add(label)
                     (quoted if "\r" in text or "\r" in label else writer).writerow([text, label])
                     written += 1
@@ -254,14 +259,25 @@ def unprintable(value: str) -> str | None:
     if has_surrogates(value):
         return "is not valid Unicode (unpaired surrogate)"
     if any(unicodedata.category(ch) == "Cc" for ch in value):
-        return "must not contain control characters"
+        return "must not contain control characters (a tab or a line end, say)"
+    if not value.isascii() and _REORDERING.search(value):  # "Trojan Source" display spoofing
+        return (
+            "must not contain bidirectional embeddings, overrides or isolates (U+202A-U+202E, U+2066-U+2069)"
+        )
     return None
+
+
+def _visible(value: str) -> bool:
+    """Whether ``value`` shows anything: a zero-width space or a direction mark alone does not."""
+    return any(unicodedata.category(ch) not in _INVISIBLE for ch in value)
 
 
 def _check_text(row: int, text: str, limits: Limits) -> str:
     text = text.strip()
     if not text:
         raise InvalidTrainingData(row, "text is empty")
+    if not _visible(text):
+        raise InvalidTrainingData(row, "text has no visible character (only zero-width or format characters)")
     if len(text) > limits.max_text_chars:
         raise InvalidTrainingData(
             row, f"text has {len(text)} characters; the limit is {limits.max_text_chars} (max_text_chars)"
@@ -290,13 +306,31 @@ def _check_label(row: int, label: str, limits: Limits) -> str:
     label = label.strip()
     if not label:
         raise InvalidTrainingData(row, "class is empty")
+    if not _visible(label):
+        raise InvalidTrainingData(
+            row, "class has no visible character (only zero-width or format characters)"
+        )
     if (problem := unprintable(label)) is not None:  # NLC: no tabs or line ends in a class
-        raise InvalidTrainingData(row, f"class {problem} (a tab or a line end, say)")
+        raise InvalidTrainingData(row, f"class {problem}")
     if len(label) > limits.max_class_chars:
         raise InvalidTrainingData(
             row, f"class has {len(label)} characters; the limit is {limits.max_class_chars} (max_class_chars)"
         )
     return label
+
+
+def _check_composed(row: int, label: str, composed: dict[str, tuple[str, int]]) -> None:
+    """Two classes that read the same but are coded differently (é as one code point, or as e
+    and a combining accent: NFC against NFD, as files from different systems have them) would
+    split one class's examples in two; refused, naming both."""
+    form = label if label.isascii() else unicodedata.normalize("NFC", label)
+    other, other_row = composed.setdefault(form, (label, row))
+    if other != label:
+        raise InvalidTrainingData(
+            row,
+            f"class {ascii(label)} reads as class {ascii(other)} of row {other_row} but is coded"
+            " differently (Unicode NFC and NFD, say): write both alike",
+        )
 
 
 def _sha256(path: Path) -> str:

@@ -437,10 +437,11 @@ def test_path_like_names_are_only_names(
         assert path.resolve().is_relative_to(root / "tenants" / tenant.id), path
 
 
-def test_names_over_the_limit_or_with_control_characters_are_400(
+def test_names_over_the_limit_or_with_control_or_reordering_characters_are_400(
     client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:
-    for name in ("n" * 257, "a\x00b", "tab\tseparated\x07bell"):
+    # U+202E shows "report\u202efdp.exe" as "reportexe.pdf" wherever the name is displayed
+    for name in ("n" * 257, "a\x00b", "tab\tseparated\x07bell", "report\u202efdp.exe"):
         reply = client.post(
             "/v1/datasets",
             params={"name": name},

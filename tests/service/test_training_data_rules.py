@@ -69,6 +69,21 @@ _PAIRS = "more than 4 training rows (max_training_rows; a text with several clas
         ('a,x\nb,"y\nz"\n', "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("a,x\nb,y\tz\n", "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("", "training data has no rows"),
+        (
+            "a,x\n\u200b\u2060,y\n",
+            "row 2: text has no visible character (only zero-width or format characters)",
+        ),
+        ("a,x\nb,\u200b\n", "row 2: class has no visible character (only zero-width or format characters)"),
+        (
+            "a,x\nb,\u202egnp.exe\n",
+            "row 2: class must not contain bidirectional embeddings, overrides or isolates"
+            " (U+202A-U+202E, U+2066-U+2069)",
+        ),
+        (
+            "a,caf\u00e9\nb,cafe\u0301\n",
+            "row 2: class 'cafe\\u0301' reads as class 'caf\\xe9' of row 1 but is coded differently"
+            " (Unicode NFC and NFD, say): write both alike",
+        ),
         ("a,x\nb" + "," * 56 + "y\n", "row 2: " + _WIDE),
         # a quoted line end joins lines into one row: its commas are counted together
         ("a,x\nb" + "," * 30 + '"q\nr"' + "," * 30 + "y\n", "row 2: " + _WIDE),
@@ -89,6 +104,10 @@ _PAIRS = "more than 4 training rows (max_training_rows; a text with several clas
         "line-end-in-class",
         "tab-in-class",
         "empty-file",
+        "invisible-text",
+        "invisible-class",
+        "bidi-override-in-class",
+        "class-twice-nfc-and-nfd",
         "too-many-commas",
         "too-many-commas-over-two-lines",
     ],
@@ -114,6 +133,20 @@ def test_the_widest_row_the_rules_allow_is_not_too_wide(
     """A text of max_text_chars commas with max_classes classes: the comma limit refuses only
     rows that break another rule too."""
     reply = create_classifier(tenant, csv='"' + "," * 20 + '",x,y,z\nb,x\n')
+
+    assert reply.status_code == 200, reply.text
+
+
+def test_scripts_that_need_joiners_and_marks_are_accepted(
+    client: TestClient, tenant: Any, create_classifier: Callable[..., httpx.Response]
+) -> None:
+    """Zero-width joiners (Persian, emoji) and direction marks are part of real text and names;
+    only text made of nothing else, and reordering controls in a class, are refused."""
+    persian = "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645,\u200f\u0641\u0627\u0631\u0633\u06cc\n"
+    emoji = "\U0001f468\u200d\U0001f469,\U0001f46a\n"
+    csv = persian + emoji
+
+    reply = create_classifier(tenant, csv=csv)
 
     assert reply.status_code == 200, reply.text
 

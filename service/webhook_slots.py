@@ -22,11 +22,13 @@ import redis
 from redis.commands.core import Script
 
 # KEYS[1]: the tenant's slots; ARGV[1]: the slots it may hold; ARGV[2]: the event; ARGV[3]: how
-# long a slot lasts (ms). Drops lapsed slots, then takes one if one is free: 1, else 0.
+# long a slot lasts (ms). Drops lapsed slots; 2 if the event holds one already (another message
+# for it is making its attempt), else takes one if one is free: 1, else 0.
 _TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[2]) then return 2 end
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
@@ -37,14 +39,16 @@ return 1
 @contextmanager
 def slot(
     redis_url: str, tenant_id: str, event_id: str, *, per_tenant: int, hold_seconds: float
-) -> Iterator[bool]:
+) -> Iterator[bool | None]:
     """Take one of ``tenant_id``'s ``per_tenant`` slots for the attempt at ``event_id``, and
-    give it back on exit; yields whether one was free (when not, nothing is held)."""
+    give it back on exit. Yields True when taken, False when none was free, None when the
+    event holds one already (a duplicate message's attempt); only a slot taken is given back."""
     client, take = _client(redis_url)
     key = f"taas:webhook-slots:{tenant_id}"
-    taken = bool(take(keys=[key], args=[per_tenant, event_id, max(1, round(hold_seconds * 1000))]))
+    answer = int(take(keys=[key], args=[per_tenant, event_id, max(1, round(hold_seconds * 1000))]))
+    taken = answer == 1
     try:
-        yield taken
+        yield None if answer == 2 else taken
     finally:
         if taken:
             client.zrem(key, event_id)

@@ -91,6 +91,8 @@ def deliver(
         per_tenant=settings.webhook_tenant_concurrency,
         hold_seconds=hold.total_seconds(),
     ) as free:
+        if free is None:  # another message for the event is making its attempt
+            return None
         if not free:
             return _put_off(session, settings, event_id, started, put_offs)
         return _attempt(session, settings, event_id, started, hold)

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from service import jobs, webhooks
+from service import jobs, webhook_slots, webhooks
 from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, verify
 from service.db import session_factory
 from service.models import Delivery, StatusEvent, TrainingJob, utcnow
@@ -252,6 +252,22 @@ def test_a_tenants_attempt_in_flight_puts_off_its_next_event_and_no_other_tenant
 
     assert not isinstance(later, webhooks.Busy) and later.error is None
     assert [r.event["id"] for r in receiver.accepted()] == [other.id, held.id, waiting.id]
+
+
+def test_slots_are_per_tenant_a_duplicate_message_takes_none_and_a_dead_holders_lapse(
+    broker: redis.Redis,
+) -> None:
+    def slot(tenant: str, event: str) -> Any:
+        return webhook_slots.slot(BROKER_URL, tenant, event, per_tenant=2, hold_seconds=15.0)
+
+    with slot("a", "e1") as first, slot("a", "e2") as second:
+        with slot("a", "e1") as duplicate, slot("a", "e3") as third, slot("b", "e4") as other_tenant:
+            assert (first, second, duplicate, third, other_tenant) == (True, True, None, False, True)
+        with slot("a", "e3") as still_full:  # the duplicate's exit gave back nothing
+            assert still_full is False
+    broker.zadd("taas:webhook-slots:a", {"killed-mid-attempt": 0})  # lapsed long ago
+    with slot("a", "e6") as after_a_crash:
+        assert after_a_crash is True
 
 
 def test_the_address_is_checked_again_at_delivery(

@@ -21,6 +21,7 @@ from service.invalidation import Invalidations
 from service.local_sweeper import LocalSweeper
 from service.lookup_cache import LookupCache
 from service.metrics import Metrics, MetricsMiddleware
+from service.ops.headers import OperatorHeaders
 from service.ratelimit import RateLimiter
 from service.serving import ModelCache
 from service.settings import Settings, get_settings
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # NLC create, a new version, a bundle import, a dataset upload.
         upload_paths=re.compile(r"/v1/classifiers(/import|/[^/]+/versions)?|/v1/datasets"),
     )
+    app.add_middleware(OperatorHeaders)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     for module in (classifiers, classify, versions, bundles, datasets, webhooks, admin):
         app.include_router(module.router)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 TRAINER_MAX_TEXT_CHARS = 4096  # trainer.data.MAX_TEXT_CHARS (importing it here would load torch)
@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     artifacts_dir: Path | None = Field(
         None, description="Datasets, checkpoints, models; default data_dir/artifacts."
     )
-    admin_key: str | None = Field(
+    # stripped: a key from an env file or a mounted secret often ends in a newline, which no
+    # presented key (stripped too) could ever match
+    admin_key: Annotated[str, StringConstraints(strip_whitespace=True)] | None = Field(
         None, description="Administrator key; default: generated once into data_dir/admin.key."
     )
 

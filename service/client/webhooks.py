@@ -61,7 +61,9 @@ def verify(
     if abs((time.time() if now is None else now) - timestamp) > tolerance:
         raise InvalidSignature(f"the timestamp is more than {tolerance:g} s from now (a replay?)")
     expected = _digest(secret, body, timestamp)
-    if not any(hmac.compare_digest(expected, given) for given in fields.get("v1", [])):
+    # bytes: compare_digest raises TypeError on a str with non-ASCII characters, which any sender can put here
+    given = [v.encode("utf-8", "surrogatepass") for v in fields.get("v1", [])]
+    if not any(hmac.compare_digest(expected.encode(), v1) for v1 in given):
         raise InvalidSignature("no v1 signature matches the body under this secret")
     return timestamp
 

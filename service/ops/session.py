@@ -101,7 +101,7 @@ def current(request: Request) -> OpsSession | None:
     nonce, _, signature = rest.partition(".")
     if not (settings.admin_key and expires.isdigit() and nonce and signature):
         return None
-    if not hmac.compare_digest(signature, _sign(settings, f"{expires}.{nonce}")):
+    if not _same(signature, _sign(settings, f"{expires}.{nonce}")):
         return None
     if int(expires) < time.time():
         return None
@@ -113,8 +113,14 @@ def current(request: Request) -> OpsSession | None:
 
 def check_csrf(session: OpsSession, token: str | None) -> None:
     """Raise Forbidden unless ``token`` is the session's CSRF token."""
-    if not token or not hmac.compare_digest(token, session.csrf):
+    if not token or not _same(token, session.csrf):
         raise Forbidden("missing or wrong CSRF token; reload the page")
+
+
+def _same(sent: str, expected: str) -> bool:
+    """Constant-time equality of a value the client sent; compare_digest refuses str with
+    non-ASCII characters (a TypeError, so a 500), which a forged cookie or header may hold."""
+    return hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), expected.encode())
 
 
 def _required(request: Request) -> OpsSession:

@@ -98,7 +98,8 @@ def job_detail(session: Session, job_id: str) -> dict[str, Any]:
             ClassifierVersion.classifier_id == job.classifier_id, ClassifierVersion.number == job.version
         )
     )
-    assert classifier is not None and trained is not None  # a job is deleted with its version
+    if classifier is None or trained is None:  # deleted between these reads (SQLite: no one snapshot)
+        raise NotFound("training job", job_id)
     progress = dict(job.progress or {})
     events = session.scalars(select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id))
     return {

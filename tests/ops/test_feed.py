@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
 from benchmarks.chaos import free_port
-from service.models import utcnow
+from service.db import session_factory
+from service.errors import NotFound
+from service.models import Classifier, utcnow
 from service.ops import views
 from service.worker_registry import WorkerInfo, WorkerRegistry, connect
 from tests.conftest import TenantHandle
@@ -74,6 +77,30 @@ def test_a_bad_filter_is_a_400_naming_it(ops_client: TestClient, params: dict[st
 @pytest.mark.parametrize("job_id", ["no-such-job", "%00"])
 def test_unknown_job_is_404(ops_client: TestClient, job_id: str) -> None:
     assert ops_client.get(f"/ops/api/jobs/{job_id}").status_code == 404
+
+
+def test_a_job_whose_classifier_is_deleted_while_its_detail_is_read_is_404(
+    finished_job: FinishedJob, engine: Engine, client: TestClient
+) -> None:
+    """The detail reads the job, then its classifier and version; a delete committed in between
+    (the statements are not one snapshot) made the feed a 500."""
+    deleted: list[bool] = []
+
+    with session_factory(engine)() as reading:
+
+        @event.listens_for(reading, "do_orm_execute")
+        def delete_once_the_job_is_read(state: Any) -> None:
+            if deleted or Classifier not in [m.class_ for m in state.all_mappers]:
+                return
+            deleted.append(True)
+            tenant = finished_job.tenant
+            reply = client.delete(f"/v1/classifiers/{finished_job.classifier_id}", headers=tenant.headers)
+            assert reply.status_code == 200, reply.text
+
+        with pytest.raises(NotFound):
+            views.job_detail(reading, finished_job.job_id)
+
+    assert deleted == [True]
 
 
 def test_tenants_show_usage_classifiers_and_keys_without_secrets(

@@ -60,6 +60,61 @@ def test_a_tampered_cookie_is_no_session(ops_client: TestClient) -> None:
     assert ops_client.get("/ops/api/overview").status_code == 401
 
 
+def test_a_cookie_or_csrf_token_with_non_ascii_bytes_is_refused_not_a_500(
+    ops_client: TestClient, tenant: TenantHandle
+) -> None:
+    """A forged cookie (set from a sibling subdomain, say) made every page a 500, logout too."""
+    expires, nonce, _ = ops_client.cookies["taas_ops"].split(".")
+    forged = {"Cookie": f"taas_ops={expires}.{nonce}.\u00e9".encode()}
+    with TestClient(ops_client.app) as fresh:
+        assert fresh.get("/ops/api/overview", headers=forged).status_code == 401
+        assert fresh.get("/ops", headers=forged, follow_redirects=False).status_code == 303
+
+    action = ops_client.post(
+        f"/ops/api/tenants/{tenant.id}/keys", json={}, headers={"X-CSRF-Token": "\u00e9".encode()}
+    )
+    logout = ops_client.post("/ops/logout", data={"csrf": "\u00e9"}, follow_redirects=False)
+
+    assert (action.status_code, logout.status_code) == (403, 403)
+
+
+@pytest.mark.parametrize("path", ["/ops", "/ops/login", "/ops/api/overview", "/ops/static/ops.js"])
+def test_operator_pages_forbid_framing_and_foreign_scripts_and_are_never_cached(
+    ops_client: TestClient, path: str
+) -> None:
+    reply = ops_client.get(path)
+
+    assert reply.status_code == 200
+    policy = reply.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in policy and "script-src 'self';" in policy
+    assert reply.headers["x-frame-options"] == "DENY"
+    assert reply.headers["cache-control"] == "no-store"
+    assert reply.headers["x-content-type-options"] == "nosniff"
+
+
+def test_admin_replies_carrying_a_new_key_are_never_cached(client: TestClient) -> None:
+    reply = client.post(
+        "/v1/admin/tenants", json={"name": "cached?"}, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+
+    assert reply.status_code == 201 and "api_key" in reply.json()
+    assert reply.headers["cache-control"] == "no-store"
+    assert "content-security-policy" not in client.get("/v1/classifiers").headers
+
+
+def test_an_admin_key_set_with_a_trailing_newline_still_logs_in(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    """An env file or a mounted secret often ends the key in a newline; every presented key is
+    stripped, so the key in force must be too, or nobody could ever present it."""
+    with TestClient(create_app(settings_factory(admin_key=ADMIN_KEY + "\n"))) as client:
+        log_in(client)
+
+        assert client.get("/ops/api/overview").status_code == 200
+        listed = client.get("/v1/admin/tenants", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        assert listed.status_code == 200
+
+
 def test_logout_needs_the_csrf_token_and_ends_the_session(ops_client: TestClient, csrf: str) -> None:
     refused = ops_client.post("/ops/logout", data={"csrf": "wrong"}, follow_redirects=False)
     assert refused.status_code == 403

@@ -22,6 +22,7 @@ import logging
 import random
 import ssl
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -47,6 +48,7 @@ _EXCERPT_CHARS = 200  # of a refusing receiver's reply, kept with the attempt
 _SEND_BATCH = 500  # messages one relay pass sends at most
 _LEASE_MARGIN_SECONDS = 5.0
 _FIRST_PUT_OFF_SECONDS = 0.25
+_RESOLVERS = ThreadPoolExecutor(8, thread_name_prefix="webhook-dns")  # callback hosts' lookups
 
 
 @dataclass(frozen=True)
@@ -193,24 +195,14 @@ def rotate_secret(session: Session, tenant_id: str) -> str:
 
 def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | None, str | None]:
     """POST the event; its HTTP status, and why the attempt failed (None when it succeeded)."""
+    body = event_body(event)
+    signature = sign(secret, body, int(time.time()))
     try:
-        target = check_callback_url(event.callback_url or "", allow_private=settings.webhook_allow_private)
+        status_code, excerpt = asyncio.run(_send(event, body, signature, settings))
     except UnsafeCallback as refused:
         return None, f"refused: callback_url {refused}"
-    body = event_body(event)
-    headers = {
-        "Host": target.host,
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        EVENT_ID_HEADER: event.id,
-        SIGNATURE_HEADER: sign(secret, body, int(time.time())),
-    }
-    extensions = {"sni_hostname": target.server_name} if target.server_name else {}
-    timeout = settings.webhook_timeout_seconds
-    try:
-        status_code, excerpt = asyncio.run(_send(target.url, body, headers, extensions, settings))
     except TimeoutError:
-        return None, f"TimeoutError: no reply within {timeout:g} s"
+        return None, f"TimeoutError: no reply within {settings.webhook_timeout_seconds:g} s"
     except httpx.HTTPError as error:
         return None, f"{type(error).__name__}: {error}"[:_EXCERPT_CHARS]
     if 200 <= status_code < 300:
@@ -218,14 +210,29 @@ def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | No
     return status_code, f"HTTP {status_code}: {excerpt}"
 
 
-async def _send(
-    url: str, body: bytes, headers: dict[str, str], extensions: dict[str, str], settings: Settings
-) -> tuple[int, str]:
-    """POST and read the start of the reply, all within ``webhook_timeout_seconds`` (else
-    TimeoutError). httpx's timeouts bound each read, not the reply: a receiver sending its
-    headers a byte every 0.5 s held a delivery thread 18.7 s at a 1 s timeout, and could hold
-    one for as long as it liked while its events waited out their claims and were sent again."""
+async def _send(event: StatusEvent, body: bytes, signature: str, settings: Settings) -> tuple[int, str]:
+    """Check the callback URL (resolving its host), POST and read the start of the reply, all
+    within ``webhook_timeout_seconds`` (else TimeoutError). httpx's timeouts bound each read,
+    not the reply: a receiver sending its headers a byte every 0.5 s held a delivery thread
+    18.7 s at a 1 s timeout, and could hold one for as long as it liked while its events waited
+    out their claims and were sent again. A host whose name servers do not answer would hold
+    one for the resolver's retries; the lookup runs on a pool of its own, left behind at the
+    deadline."""
     async with asyncio.timeout(settings.webhook_timeout_seconds):
+        target = await asyncio.get_running_loop().run_in_executor(
+            _RESOLVERS,
+            functools.partial(
+                check_callback_url, event.callback_url or "", allow_private=settings.webhook_allow_private
+            ),
+        )
+        headers = {
+            "Host": target.host,
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            EVENT_ID_HEADER: event.id,
+            SIGNATURE_HEADER: signature,
+        }
+        extensions = {"sni_hostname": target.server_name} if target.server_name else {}
         # trust_env=False: no proxy from the environment, which would connect elsewhere.
         async with httpx.AsyncClient(
             timeout=settings.webhook_timeout_seconds,
@@ -233,7 +240,9 @@ async def _send(
             trust_env=False,
             verify=_trusted(settings.webhook_ca_file),
         ) as client:
-            request = client.build_request("POST", url, content=body, headers=headers, extensions=extensions)
+            request = client.build_request(
+                "POST", target.url, content=body, headers=headers, extensions=extensions
+            )
             response = await client.send(request, stream=True)
             try:
                 return response.status_code, await _excerpt(response)

@@ -198,6 +198,39 @@ def test_a_receiver_trickling_its_reply_is_cut_off_at_the_timeout(
     assert 0 < len(sent) < len(reply)  # hung up on mid-reply
 
 
+def test_a_callback_host_whose_lookup_hangs_is_cut_off_at_the_timeout(
+    session: Session,
+    settings: Settings,
+    event_to: Callable[[str], StatusEvent],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The name servers of a tenant's host may never answer; the attempt still ends on time."""
+    looked_up = threading.Event()
+    resolve = socket.getaddrinfo
+
+    def name_servers_that_do_not_answer(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "hangs.example":
+            return resolve(host, *args, **kwargs)
+        time.sleep(3)
+        looked_up.set()
+        raise socket.gaierror("timed out")
+
+    event = event_to("http://127.0.0.1:9/hook")
+    session.execute(
+        update(StatusEvent).where(StatusEvent.id == event.id).values(callback_url="http://hangs.example/hook")
+    )
+    session.commit()
+    monkeypatch.setattr(socket, "getaddrinfo", name_servers_that_do_not_answer)
+
+    attempted = webhooks.deliver(
+        session, settings.model_copy(update={"webhook_timeout_seconds": 1.0}), event.id
+    )
+
+    assert not looked_up.is_set()  # the attempt did not wait for the lookup
+    assert attempted is not None and not isinstance(attempted, webhooks.Busy)
+    assert attempted.error == "TimeoutError: no reply within 1 s"
+
+
 def test_a_tenants_attempt_in_flight_puts_off_its_next_event_and_no_other_tenants(
     session: Session,
     engine: Engine,

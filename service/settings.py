@@ -159,7 +159,7 @@ class Settings(BaseSettings):
         5.0,
         gt=0,
         description=(
-            "Longest one webhook delivery attempt may take, from connecting to the start of the reply;"
+            "Longest one webhook delivery attempt may take, from resolving the host to the start of the reply;"
             " a receiver that trickles its reply is cut off there."
         ),
     )

@@ -151,8 +151,12 @@ const pages = {
       const metrics = job.model.metrics;
       document.getElementById("quality").hidden = !metrics;
       if (metrics) {
+        const confusion = metrics.confusion;
+        const classes = Object.keys(metrics.per_class || {}).length;
         facts("metrics", [["Accuracy", num(metrics.accuracy, 3)], ["Macro F1", num(metrics.macro_f1, 3)],
-          ["Evaluated on", `${metrics.n} ${metrics.evaluated_on || ""} rows`]]);
+          ["Evaluated on", `${metrics.n} ${metrics.evaluated_on || ""} rows`],
+          ["Confusion matrix", confusion && confusion.truncated
+            ? `the ${confusion.labels.length} classes most involved in errors, of ${classes || "more"}` : undefined]]);
         if (metrics.confusion) TaasCharts.heatmap(document.getElementById("confusion"), metrics.confusion.labels, metrics.confusion.matrix);
       }
       rows("events", job.events, (e) => [when(e.at), el("span", { class: `event ${e.event}` }, e.event), e.worker || "",

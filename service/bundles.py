@@ -13,6 +13,7 @@ like any other.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -22,8 +23,8 @@ from sqlalchemy.orm import Session
 
 from service import jobs, quotas, status_events
 from service.classifiers import check_language, check_nlc_name
-from service.datasets import remove_unrecorded, store_unavailable
-from service.errors import BadRequest, Conflict
+from service.datasets import STORE_REFUSED, remove_unrecorded
+from service.errors import BadRequest, Conflict, NotFound, unavailable
 from service.models import (
     Classifier,
     ClassifierMode,
@@ -44,12 +45,19 @@ IMPORTED = "imported"  # the model folder of an imported classifier, under its m
 
 
 def export(
-    store: ArtifactStore, classifier: Classifier, out: IO[bytes], version: ClassifierVersion | None = None
+    store: ArtifactStore,
+    classifier: Classifier,
+    out: IO[bytes],
+    version: ClassifierVersion | None = None,
+    *,
+    still_exists: Callable[[], bool],
 ) -> None:
     """Write the model of ``version`` (default: the one the classifier serves) to ``out`` as a
     bundle; Conflict unless it is Available. ``out`` must be seekable: when the node-local
     copy of the model went between its fetch and the read (:func:`read_fetched`), the bundle is
-    written again from the start of ``out``."""
+    written again from the start of ``out``. When the model cannot be read: NotFound if
+    ``still_exists()`` says the classifier (or the version) was deleted meanwhile, else
+    ServiceUnavailable."""
     shown: TrainedModel = classifier if version is None else version
     if shown.status != ClassifierStatus.AVAILABLE.value or not shown.model_dir:
         what = f"classifier '{classifier.id}'" if version is None else f"version {version.number}"
@@ -66,7 +74,12 @@ def export(
         out.truncate()
         write_bundle(model_dir, out, about=about)
 
-    read_fetched(partial(store.fetch, folder=True), store.resolve(shown.model_dir), write)
+    try:
+        read_fetched(partial(store.fetch, folder=True), store.resolve(shown.model_dir), write)
+    except OSError as exc:
+        if not still_exists():
+            raise NotFound("classifier", classifier.id) from None
+        raise unavailable(f"the model of classifier '{classifier.id}' cannot be read", exc) from exc
 
 
 def import_bundle(
@@ -112,7 +125,7 @@ def import_bundle(
             try:
                 classifier.model_dir = _store_model(store, classifier, staging)
             except Exception as exc:
-                raise store_unavailable(store, exc) from exc
+                raise unavailable(STORE_REFUSED, exc) from exc
             quotas.check_can_import_classifier(session, settings, tenant_id)
             _add(session, classifier, now=now)
         except BaseException:

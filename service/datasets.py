@@ -21,13 +21,15 @@ from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
 from service.db import hold_write_lock
-from service.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
+from service.errors import BadRequest, Conflict, NotFound, unavailable
 from service.models import ClassifierVersion, Dataset, DatasetOrigin, JobState, TrainingJob, new_id
 from service.store import ArtifactStore
 from service.tenancy import well_formed_id
 from service.training_data import InputFormat, Limits, Summary, convert, unprintable
 
 log = logging.getLogger(__name__)
+
+STORE_REFUSED = "the artifact store could not store the upload"  # a 503, its reason logged
 
 
 @dataclass(frozen=True)
@@ -58,14 +60,8 @@ def stage_upload(
     try:
         store.put_file(temp, dest)  # consumes temp; on failure nothing is stored
     except Exception as exc:
-        raise store_unavailable(store, exc) from exc
+        raise unavailable(STORE_REFUSED, exc) from exc
     return StagedDataset(dataset_id, tenant_id, dest, summary)
-
-
-def store_unavailable(store: ArtifactStore, exc: Exception) -> ServiceUnavailable:
-    """The 503 for an upload the artifact store (its remote, where it has one) did not take."""
-    where = (store.remote or store).describe()
-    return ServiceUnavailable(f"the artifact store {where} could not store the upload: {exc}")
 
 
 @contextmanager

@@ -18,6 +18,11 @@ One handler (``service.api.errors``) renders any of them as the NLC v1 error bod
 
 from __future__ import annotations
 
+import logging
+import uuid
+
+log = logging.getLogger(__name__)
+
 
 class TaasError(Exception):
     """Base of every error the service reports to a client."""
@@ -95,6 +100,14 @@ class ServiceUnavailable(TaasError):
     """Something the request needs cannot be used right now."""
 
     status, title = 503, "Service Unavailable"
+
+
+def unavailable(what: str, cause: BaseException) -> ServiceUnavailable:
+    """A 503 that says what cannot be used and names the log line that says why: the why names
+    the operator's storage (a path, a bucket), which is not the tenant's to read."""
+    incident = uuid.uuid4().hex[:12]
+    log.warning("%s (reference %s): %s", what, incident, cause)
+    return ServiceUnavailable(f"{what}; reference {incident} in the server log")
 
 
 class QuotaExceeded(Forbidden):

@@ -24,7 +24,7 @@ from sqlalchemy import and_, bindparam, select
 from sqlalchemy.orm import Session
 
 from service.batching import InferenceBatcher, Scores
-from service.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
+from service.errors import BadRequest, Conflict, NotFound, unavailable
 from service.models import ApiKey, Classifier, ClassifierStatus, ClassifierVersion, TenantQuota
 from service.store import ArtifactStore, read_fetched
 from service.training_data import has_surrogates
@@ -257,9 +257,7 @@ async def classify(
     except (CheckpointCorrupt, OSError) as exc:
         if not await to_thread.run_sync(still_exists, limiter=cache.threads):
             raise NotFound("classifier", classifier.id) from None
-        raise ServiceUnavailable(
-            f"the model of classifier '{classifier.id}' cannot be loaded: {exc}"
-        ) from exc
+        raise unavailable(f"the model of classifier '{classifier.id}' cannot be loaded", exc) from exc
     return classified(model, await cache.inference.classify(model, list(texts)))
 
 

@@ -159,8 +159,8 @@ class Settings(BaseSettings):
         5.0,
         gt=0,
         description=(
-            "Longest one webhook delivery attempt may take, from resolving the host to the start of the reply;"
-            " a receiver that trickles its reply is cut off there."
+            "Longest one webhook delivery attempt may take, from resolving the host to the start of"
+            " the reply; a receiver that trickles its reply is cut off there."
         ),
     )
     webhook_max_attempts: int = Field(

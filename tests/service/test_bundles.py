@@ -223,7 +223,7 @@ def test_a_model_copy_dropped_between_fetch_and_read_is_fetched_again_and_bundle
     bundle = tmp_path / "c.taas"
     with bundle.open("wb") as out:
         out.write(b"left from before")
-        bundles.export(node, classifier, out)
+        bundles.export(node, classifier, out, still_exists=lambda: True)
 
     assert fetches == [folder, folder]
     extract_bundle(bundle, tmp_path / "extracted")

@@ -159,7 +159,7 @@ def test_available_classifier_reports_metrics(client: TestClient, tenant: Any, a
     assert body["metrics"] == {"accuracy": 1.0}
 
 
-def test_unreadable_model_is_503(
+def test_unreadable_model_is_503_without_naming_the_store(
     client: TestClient, tenant: Any, available: str, store: ArtifactStore
 ) -> None:
     shutil.rmtree(store.model_dir(tenant.id, available, 1))
@@ -169,6 +169,12 @@ def test_unreadable_model_is_503(
     )
 
     assert reply.status_code == 503 and reply.json()["code"] == 503
+    description = reply.json()["description"]
+    assert description.startswith(f"the model of classifier '{available}' cannot be loaded; reference ")
+    assert str(store.root) not in description and "tenants/" not in description  # the operator's storage
+    exported = client.get(f"/v1/classifiers/{available}/bundle", headers=tenant.headers)
+    assert exported.status_code == 503, exported.text  # was a 500
+    assert exported.json()["description"].startswith(f"the model of classifier '{available}' cannot be read")
 
 
 def test_lru_keeps_the_most_recently_used_models_within_the_budget(tiny_model: Path, tmp_path: Path) -> None:

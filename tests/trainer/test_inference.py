@@ -69,14 +69,24 @@ def _saved(value: object) -> bytes:
         (lambda weights: _saved({**weights, "idf": "high"}), "no tensor 'idf'"),
         (
             lambda weights: _saved({**weights, "output.bias": weights["output.bias"] * math.nan}),
-            "NaN or infinite",
+            "NaN, infinite or values beyond ±1e",
         ),
         (
             lambda weights: _saved({**weights, "embedding": weights["embedding"] * math.inf}),
-            "NaN or infinite",
+            "NaN, infinite or values beyond ±1e",
+        ),
+        (  # finite, but a logit overflows float32: every confidence was NaN
+            lambda weights: _saved(
+                {
+                    **weights,
+                    "embedding": torch.full_like(weights["embedding"], 60000),
+                    "output.weight": torch.full_like(weights["output.weight"], 1e36),
+                }
+            ),
+            "NaN, infinite or values beyond ±1e",
         ),
     ],
-    ids=["garbage", "empty", "a-list", "a-string", "nan", "inf"],
+    ids=["garbage", "empty", "a-list", "a-string", "nan", "inf", "overflowing"],
 )
 def test_load_refuses_weights_that_are_not_finite_named_tensors(
     model_dir: Path, forge: Callable[[dict[str, torch.Tensor]], bytes], problem: str

@@ -8,6 +8,8 @@ from typing import IO
 
 from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import FileResponse
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from service import bundles
@@ -16,7 +18,7 @@ from service.api.routes.classifiers import base_url
 from service.api.schemas import ClassifierInfo
 from service.api.uploads import RAW_BODY, read_upload
 from service.errors import BadRequest
-from service.models import utcnow
+from service.models import Classifier, ClassifierVersion, utcnow
 from service.store import ArtifactStore
 
 router = APIRouter(prefix="/v1/classifiers", tags=["bundles"])
@@ -43,12 +45,26 @@ def bundle_response(
     response_class=FileResponse,
     responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}, "description": "The model as a bundle."}},
 )
-def export_bundle(classifier: ClassifierDep, store: StoreDep, cleanup: BackgroundTasks) -> FileResponse:
+def export_bundle(
+    classifier: ClassifierDep, session: SessionDep, store: StoreDep, cleanup: BackgroundTasks
+) -> FileResponse:
     """The serving version's model as one portable archive (``taas-model-bundle/1``); 409 unless
     Available. ``/versions/{n}/bundle`` exports any Available version."""
+    exists = still_there(session, Classifier, classifier.id)
     return bundle_response(
-        store, cleanup, f"{classifier.id}.taas", partial(bundles.export, store, classifier)
+        store,
+        cleanup,
+        f"{classifier.id}.taas",
+        partial(bundles.export, store, classifier, still_exists=exists),
     )
+
+
+def still_there(
+    session: Session, entity: type[Classifier | ClassifierVersion], pk: str
+) -> Callable[[], bool]:
+    """Whether the row is still in the database, read afresh: an export asks when it could not
+    read the model, which a delete committed meanwhile removes."""
+    return lambda: session.scalar(select(entity.id).where(entity.id == pk)) is not None
 
 
 @router.post("/import", response_model=ClassifierInfo, status_code=201)

@@ -20,7 +20,7 @@ from service.api.deps import (
     SettingsDep,
     StoreDep,
 )
-from service.api.routes.bundles import BUNDLE_MEDIA_TYPE, bundle_response
+from service.api.routes.bundles import BUNDLE_MEDIA_TYPE, bundle_response, still_there
 from service.api.routes.classifiers import base_url
 from service.api.schemas import VersionFromDataset, VersionInfo, VersionList
 from service.api.uploads import is_json, read_json, read_upload
@@ -127,5 +127,11 @@ def export_version_bundle(
         store,
         cleanup,
         f"{classifier.id}-v{version}.taas",
-        partial(bundles.export, store, classifier, version=found),
+        partial(
+            bundles.export,
+            store,
+            classifier,
+            version=found,
+            still_exists=still_there(session, ClassifierVersion, found.id),
+        ),
     )

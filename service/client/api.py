@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -25,9 +26,18 @@ class Api:
 
     def __init__(self, url: str, key: str) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=TIMEOUT
-        )
+        if not key.isascii() or not key.isprintable() or " " in key:
+            # an HTTP header cannot carry it, and httpx's error would print the key
+            raise ClientError(
+                "the key holds a character no API key has (a space, a line end or a non-ASCII"
+                " character): check how it was copied"
+            )
+        try:
+            self.http = httpx.Client(
+                base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=TIMEOUT
+            )
+        except httpx.InvalidURL as error:
+            raise ClientError(f"{url!r} is not a valid URL ({error})") from None
 
     def __enter__(self) -> Api:
         return self
@@ -39,6 +49,10 @@ class Api:
         """Send one request; the decoded JSON reply, or ClientError naming what went wrong."""
         try:
             reply = self.http.request(method, path, **kwargs)
+        except httpx.InvalidURL as error:
+            raise ClientError(f"{self.url!r} is not a valid URL ({error})") from None
+        except UnicodeEncodeError:  # a surrogate-escaped byte from the command line
+            raise ClientError("an argument is not valid UTF-8") from None
         except httpx.HTTPError as error:
             raise ClientError(f"cannot reach {self.url}: {error or type(error).__name__}") from None
         if reply.is_success:
@@ -51,18 +65,26 @@ class Api:
         raise ClientError(_describe(reply), reply.status_code)
 
     def is_admin(self) -> bool:
-        """Whether the key is the admin key (True) or a tenant's (False); ClientError if neither."""
+        """Whether the key is the admin key (True) or a tenant's (False); ClientError if neither,
+        or if what answers is not a taas platform (each answer must have taas's shape)."""
         try:
-            self.call("GET", "/v1/admin/tenants")
+            listed = self.call("GET", "/v1/admin/tenants")
         except ClientError as error:
-            if error.status == 403:  # a valid tenant key on an admin route
-                return False
             if error.status == 401:  # the admin route's own reply would blame the admin key alone
                 raise ClientError(
                     "the key is neither a tenant's key nor the admin key (or it was revoked)", 401
                 ) from None
-            raise
+            if error.status != 403:
+                raise
+            # 403: a tenant key on an admin route, if the tenant routes take it
+            self._check_shape(self.call("GET", "/v1/classifiers"), "classifiers")
+            return False
+        self._check_shape(listed, "tenants")
         return True
+
+    def _check_shape(self, reply: Any, key: str) -> None:
+        if not (isinstance(reply, dict) and isinstance(reply.get(key), list)):
+            raise ClientError(f"{self.url} does not answer as a taas platform (no {key!r} list)")
 
     def upload_dataset(self, path: Path, name: str | None) -> Any:
         """Store a labelled file (CSV with a text,label header, or JSON Lines) as a dataset."""
@@ -83,13 +105,24 @@ class Api:
             return self.call("POST", path, files=files)
 
 
+def segments(*parts: str | int) -> str:
+    """The API path ``/v1/<part>/<part>…``, each part percent-encoded: an id given on the
+    command line is one segment, so ``../datasets/ID`` cannot reach another resource."""
+    if any(part == "" for part in parts):
+        raise ClientError("an id cannot be empty")
+    return "/v1/" + "/".join(quote(str(part), safe="") for part in parts)
+
+
 def _describe(reply: httpx.Response) -> str:
     try:
         body = reply.json()
-        detail = body.get("description") or body.get("error") or reply.reason_phrase
     except ValueError:
-        detail = reply.text.strip().splitlines()[0] if reply.text.strip() else reply.reason_phrase
-    return f"{reply.status_code} {reply.reason_phrase}: {detail}"
+        body = None
+    if isinstance(body, dict):
+        detail = body.get("description") or body.get("error") or body.get("detail")
+    else:
+        detail = reply.text.strip().splitlines()[0] if reply.text.strip() else None
+    return f"{reply.status_code} {reply.reason_phrase}: {detail or reply.reason_phrase}"
 
 
 def _open(path: Path) -> Any:

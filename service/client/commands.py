@@ -20,9 +20,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from service.client import config, offline
-from service.client.api import Api, ClientError
+from service.client.api import Api, ClientError, segments
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,8 +34,10 @@ ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # end states (classifie
 
 # soft_wrap: a line is printed whole (a failure is one line on stderr, however long); tables
 # still fit the terminal
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# markup=False: names and texts are the users' and printed as written ("[/x]" was a MarkupError
+# after the server had acted, a new tenant's key never shown)
+out = Console(soft_wrap=True, markup=False)
+err = Console(stderr=True, soft_wrap=True, markup=False)
 datasets = typer.Typer(no_args_is_help=True, help="Labelled training data stored on the platform.")
 classifiers = typer.Typer(
     no_args_is_help=True,
@@ -140,7 +143,7 @@ def list_datasets(as_json: bool = JSON_OPTION) -> None:
 def delete_dataset(dataset_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION) -> None:
     """Delete a dataset (refused while a classifier may still train on it)."""
     with _api() as api:
-        reply = api.call("DELETE", f"/v1/datasets/{dataset_id}")
+        reply = api.call("DELETE", segments("datasets", dataset_id))
     if as_json:
         return _print_json(reply)
     out.print(f"deleted dataset {dataset_id}")
@@ -162,19 +165,14 @@ def train(
     labelled = _is_labelled(file)
     with _api() as api:
         if labelled:
-            dataset = api.upload_dataset(file, name)
-            body = {"name": name, "language": language, "dataset_id": dataset["dataset_id"]}
-            try:
-                created = api.call("POST", "/v1/classifiers", json=body)
-            except ClientError:  # the dataset was uploaded for this classifier alone
-                api.call("DELETE", f"/v1/datasets/{dataset['dataset_id']}")
-                raise
+            body = {"name": name, "language": language}
+            created = _train_on_upload(api, file, name, "/v1/classifiers", body)
         else:
             metadata = {"name": name, "language": language}
             created = api.post_nlc_csv("/v1/classifiers", file, metadata)
         if not as_json:
             out.print(f"classifier {created['classifier_id']} ({name}) is training")
-        path = f"/v1/classifiers/{created['classifier_id']}"
+        path = segments("classifiers", created["classifier_id"])
         _settle(api, path, created, f"classifier {created['classifier_id']}", wait=wait, as_json=as_json)
 
 
@@ -210,7 +208,7 @@ def results_table(results: list[dict[str, Any]]) -> Table:
 
 def _classify_online(classifier_id: str, texts: list[str]) -> list[dict[str, Any]]:
     with _api() as api:
-        path = f"/v1/classifiers/{classifier_id}"
+        path = segments("classifiers", classifier_id)
         if len(texts) == 1:
             results = [api.call("POST", f"{path}/classify", json={"text": texts[0]})]
         else:
@@ -227,7 +225,7 @@ def list_classifiers(as_json: bool = JSON_OPTION) -> None:
     """Your classifiers, with their status."""
     with _api() as api:
         listed = api.call("GET", "/v1/classifiers")["classifiers"]
-        found = [api.call("GET", f"/v1/classifiers/{c['classifier_id']}") for c in listed]
+        found = [api.call("GET", segments("classifiers", c["classifier_id"])) for c in listed]
     if as_json:
         return _print_json(found)
     table = _table("id", "name", "status", "created")
@@ -243,7 +241,7 @@ def show_classifier(
 ) -> None:
     """A classifier's status, training progress and (once Available) its metrics."""
     with _api() as api:
-        found = api.call("GET", f"/v1/classifiers/{classifier_id}")
+        found = api.call("GET", segments("classifiers", classifier_id))
     if as_json:
         return _print_json(found)
     progress, metrics = found.get("progress") or {}, found.get("metrics") or {}
@@ -259,7 +257,7 @@ def show_classifier(
     ]
     for label, value in rows:
         if value is not None:
-            table.add_row(f"[bold]{label}[/]", value)
+            table.add_row(Text(label, style="bold"), value)
     out.print(table)
 
 
@@ -270,7 +268,7 @@ def delete_classifier(
 ) -> None:
     """Delete a classifier, its model and its training data (training stops)."""
     with _api() as api:
-        reply = api.call("DELETE", f"/v1/classifiers/{classifier_id}")
+        reply = api.call("DELETE", segments("classifiers", classifier_id))
     if as_json:
         return _print_json(reply)
     out.print(f"deleted {classifier_id}")
@@ -283,7 +281,7 @@ def cancel_classifier(
 ) -> None:
     """Stop a training and keep its checkpoint (`taas classifiers resume` continues it)."""
     with _api() as api:
-        reply = api.call("POST", f"/v1/classifiers/{classifier_id}/cancel")
+        reply = api.call("POST", segments("classifiers", classifier_id, "cancel"))
     if as_json:
         return _print_json(reply)
     out.print(f"{classifier_id}: {reply['status']}")
@@ -299,7 +297,7 @@ def resume_classifier(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Continue a cancelled training from its last checkpoint."""
-    path = f"/v1/classifiers/{classifier_id}"
+    path = segments("classifiers", classifier_id)
     with _api() as api:
         resumed = api.call("POST", f"{path}/resume")
         if not as_json:
@@ -314,7 +312,7 @@ def list_versions(
 ) -> None:
     """A classifier's versions: status, accuracy, and which one serves."""
     with _api() as api:
-        found = api.call("GET", f"/v1/classifiers/{classifier_id}/versions")
+        found = api.call("GET", segments("classifiers", classifier_id, "versions"))
     if as_json:
         return _print_json(found)
     table = _table("version", "serving", "status", "accuracy", "created")
@@ -343,11 +341,10 @@ def retrain(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train the next version of a classifier on FILE; the serving version keeps serving."""
-    versions = f"/v1/classifiers/{classifier_id}/versions"
+    versions = segments("classifiers", classifier_id, "versions")
     with _api() as api:
         if _is_labelled(file):
-            dataset = api.upload_dataset(file, file.stem)
-            created = api.call("POST", versions, json={"dataset_id": dataset["dataset_id"]})
+            created = _train_on_upload(api, file, file.stem, versions, {})
         else:
             created = api.post_nlc_csv(versions, file, None)
         label = f"version {created['version']} of {classifier_id}"
@@ -365,7 +362,7 @@ def promote(
 ) -> None:
     """Serve version N of a classifier, on every API replica at once."""
     with _api() as api:
-        reply = api.call("POST", f"/v1/classifiers/{classifier_id}/versions/{version}/promote")
+        reply = api.call("POST", segments("classifiers", classifier_id, "versions", version, "promote"))
     if as_json:
         return _print_json(reply)
     out.print(f"{classifier_id}: version {version} serves")
@@ -411,10 +408,22 @@ def revoke_key(
 ) -> None:
     """Revoke one of a tenant's keys (see `taas tenants list`); requests with it fail at once."""
     with _api() as api:
-        reply = api.call("DELETE", f"/v1/admin/tenants/{tenant_id}/keys/{key_id}")
+        reply = api.call("DELETE", segments("admin", "tenants", tenant_id, "keys", key_id))
     if as_json:
         return _print_json(reply)
     out.print(f"revoked key {key_id} of tenant {tenant_id}")
+
+
+def _train_on_upload(api: Api, file: Path, name: str, path: str, body: dict[str, str]) -> Any:
+    """Upload FILE as a dataset and POST ``body`` with its id to ``path`` (a new classifier, or a
+    new version); the dataset is deleted again when that fails (or is interrupted), since it
+    was uploaded for this training alone."""
+    dataset = api.upload_dataset(file, name)
+    try:
+        return api.call("POST", path, json={**body, "dataset_id": dataset["dataset_id"]})
+    except (ClientError, KeyboardInterrupt):
+        api.call("DELETE", segments("datasets", dataset["dataset_id"]))
+        raise
 
 
 def _table(*columns: str) -> Table:
@@ -453,7 +462,7 @@ def _follow(api: Api, path: str, *, show: bool) -> Any:
     """Poll the classifier or version at ``path`` until it ends, drawing a progress bar when
     ``show``; its last state."""
     columns = (
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         TaskProgressColumn(),
         TextColumn("{task.fields[detail]}"),

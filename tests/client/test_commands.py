@@ -113,6 +113,18 @@ def test_admin_and_tenant_work_through_the_client(
     refused = taas("train", str(labelled), "--name", "x", "--language", "klingon")
     assert refused.exit_code == 1 and "language" in refused.stderr
     assert httpx.get(f"{url}/v1/datasets", headers={"X-API-Key": created["api_key"]}).json() == stored
+    # … nor does a retrain of a classifier that does not exist
+    refused = taas("classifiers", "retrain", "no-such-classifier", str(labelled))
+    assert refused.exit_code == 1 and "404" in refused.stderr
+    assert httpx.get(f"{url}/v1/datasets", headers={"X-API-Key": created["api_key"]}).json() == stored
+    # names are printed as written (rich markup is not interpreted), and an id is one path
+    # segment: "../datasets/ID" is no classifier, and the dataset stays
+    kept = _json(taas("datasets", "upload", str(labelled), "--name", "[/x]", "--json"))
+    listing = taas("datasets", "list")  # was a MarkupError once such a name was stored
+    assert listing.exit_code == 0 and "[/x]" in listing.stdout, listing.output
+    gone = taas("classifiers", "delete", f"../datasets/{kept['dataset_id']}")  # type: ignore[index]
+    assert gone.exit_code == 1 and "404" in gone.stderr
+    assert kept["dataset_id"] in taas("datasets", "list").stdout  # type: ignore[index]
     # an unknown key is named as such, not as a wrong admin key
     unknown = taas("login", url, "taas_no-such-key")
     assert (

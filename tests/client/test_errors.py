@@ -16,6 +16,7 @@ import typer
 from click.testing import Result
 
 from service.client import commands
+from service.client.api import ClientError, segments
 from tests.e2e.conftest import Platform
 
 
@@ -137,3 +138,72 @@ def test_a_wait_that_ends_cancelled_says_so_in_one_line_however_long(
 
     assert ended.value.exit_code == 1
     assert capsys.readouterr().err == f"error: classifier x is Unavailable: {description}\n"
+
+
+@pytest.mark.parametrize(
+    ("url", "key", "said"),
+    [
+        ("http://127.0.0.1:9", "admin_secret\r", "the key holds a character no API key has"),
+        ("http://127.0.0.1:9", "cl\u00e9", "the key holds a character no API key has"),
+        ("http://[::1", "some-key", "is not a valid URL"),
+    ],
+    ids=["key-with-a-carriage-return", "non-ascii-key", "bad-url"],
+)
+def test_a_key_or_url_that_cannot_be_sent_is_one_line_that_never_shows_the_key(
+    taas: Callable[..., Result], url: str, key: str, said: str
+) -> None:
+    """httpx's "Illegal header value b'Bearer admin_…\\r'" printed the whole key."""
+    result = taas("login", url, key)
+
+    assert result.exit_code == 1 and said in result.stderr and result.stderr.count("\n") == 1
+    assert key.strip() not in result.output
+
+
+@pytest.mark.parametrize(("status", "body"), [(403, b'{"code": 403}'), (200, b"{}")], ids=["403", "any-json"])
+def test_login_to_a_server_that_is_not_taas_is_refused(
+    taas: Callable[..., Result], status: int, body: bytes
+) -> None:
+    """A proxy answering 403 to everything was taken for a tenant key, any JSON for the admin key."""
+
+    class NotTaas(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    with HTTPServer(("127.0.0.1", 0), NotTaas) as server:
+        threading.Thread(target=lambda: [server.handle_request() for _ in range(2)], daemon=True).start()
+        result = taas("login", f"http://127.0.0.1:{server.server_port}", "some-key")
+
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "logged in" not in result.output
+
+
+def test_an_id_is_one_percent_encoded_path_segment_and_never_empty() -> None:
+    assert (
+        segments("classifiers", "../datasets/d1", "versions", 2)
+        == "/v1/classifiers/..%2Fdatasets%2Fd1/versions/2"
+    )
+    with pytest.raises(ClientError, match="an id cannot be empty"):
+        segments("classifiers", "")
+
+
+def test_names_and_texts_print_as_written_not_as_markup() -> None:
+    table = commands.results_table(
+        [
+            {
+                "text": "[/x] [red]great[/red]",
+                "top_class": "[b]c",
+                "classes": [{"class_name": "[b]c", "confidence": 1.0}],
+            }
+        ]
+    )
+    with commands.out.capture() as printed:
+        commands.out.print(table)  # was a MarkupError
+
+    assert "[/x] [red]great[/red]" in printed.get() and "[b]c" in printed.get()

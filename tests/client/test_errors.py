@@ -7,7 +7,8 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -81,23 +82,7 @@ def test_a_key_that_starts_with_a_dash_logs_in_after_double_dash_or_from_stdin(
     key = "-uKvie3GmQA9EN4XwyUbUh3viEiESTPX94FJ3RAEwDI"  # an admin key as earlier releases made one
     sent: list[str] = []
 
-    class AdminRoute(BaseHTTPRequestHandler):  # answers the login check as for the admin key
-        def do_GET(self) -> None:  # noqa: N802 - the http.server name
-            sent.append(self.headers["Authorization"])
-            body = b'{"tenants": []}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    with HTTPServer(("127.0.0.1", 0), AdminRoute) as server:
-        threading.Thread(target=lambda: [server.handle_request() for _ in range(2)], daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_port}"
-
+    with _answering(200, b'{"tenants": []}', sent) as url:  # as for the admin key
         results = [taas("login", url, "--", key), taas("login", url, input=key + "\n")]
 
     assert [r.exit_code for r in results] == [0, 0], [r.output for r in results]
@@ -164,21 +149,8 @@ def test_login_to_a_server_that_is_not_taas_is_refused(
     taas: Callable[..., Result], status: int, body: bytes
 ) -> None:
     """A proxy answering 403 to everything was taken for a tenant key, any JSON for the admin key."""
-
-    class NotTaas(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server name
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    with HTTPServer(("127.0.0.1", 0), NotTaas) as server:
-        threading.Thread(target=lambda: [server.handle_request() for _ in range(2)], daemon=True).start()
-        result = taas("login", f"http://127.0.0.1:{server.server_port}", "some-key")
+    with _answering(status, body, []) as url:
+        result = taas("login", url, "some-key")
 
     assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
     assert "logged in" not in result.output
@@ -207,3 +179,25 @@ def test_names_and_texts_print_as_written_not_as_markup() -> None:
         commands.out.print(table)  # was a MarkupError
 
     assert "[/x] [red]great[/red]" in printed.get() and "[b]c" in printed.get()
+
+
+@contextmanager
+def _answering(status: int, body: bytes, authorizations: list[str]) -> Iterator[str]:
+    """A server at the yielded URL answering two GETs with ``status`` and the JSON ``body``,
+    noting each request's Authorization header."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            authorizations.append(self.headers["Authorization"])
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    with HTTPServer(("127.0.0.1", 0), Answer) as server:
+        threading.Thread(target=lambda: [server.handle_request() for _ in range(2)], daemon=True).start()
+        yield f"http://127.0.0.1:{server.server_port}"

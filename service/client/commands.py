@@ -207,16 +207,12 @@ def results_table(results: list[dict[str, Any]]) -> Table:
 
 
 def _classify_online(classifier_id: str, texts: list[str]) -> list[dict[str, Any]]:
+    # classify_collection even for one text: every result then has its items' shape (classify's
+    # reply adds classifier_id and url)
+    collection = [{"text": text} for text in texts]
     with _api() as api:
-        path = segments("classifiers", classifier_id)
-        if len(texts) == 1:
-            results = [api.call("POST", f"{path}/classify", json={"text": texts[0]})]
-        else:
-            collection = [{"text": text} for text in texts]
-            results = api.call("POST", f"{path}/classify_collection", json={"collection": collection})[
-                "collection"
-            ]
-    return list(results)
+        path = segments("classifiers", classifier_id, "classify_collection")
+        return list(api.call("POST", path, json={"collection": collection})["collection"])
 
 
 @classifiers.command("list")

@@ -56,6 +56,7 @@ def test_admin_and_tenant_work_through_the_client(
     # classify one and several texts
     one = _json(taas("classify", classifier_id, "book a flight to rome", "--json"))
     assert one[0]["top_class"] == "flights"  # type: ignore[index]
+    assert set(one[0]) == {"text", "top_class", "classes"}  # type: ignore[index]  # as for several
     table = taas("classify", classifier_id, "book a flight to rome", "play some jazz in rome")
     assert table.exit_code == 0 and "flights" in table.stdout and "music" in table.stdout
     # and offline, from the classifier's bundle: the same answer without the service

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from service import jobs
 from service.models import (
@@ -430,7 +430,7 @@ class TenantList(BaseModel):
 class KeyRotate(BaseModel):
     """``POST /v1/admin/tenants/{id}/keys``."""
 
-    revoke_others: bool = False
+    revoke_others: StrictBool = False  # "yes" or 1 revoked every other key
 
 
 # --- quotas (extension, admin) -------------------------------------------------------------

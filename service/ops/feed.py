@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel
 
 from service import tenancy
 from service.api.deps import InvalidationsDep, SessionDep, SettingsDep
+from service.api.schemas import KeyRotate
 from service.errors import BadRequest
 from service.metrics import CONTENT_TYPE, Metrics
 from service.models import JobState, utcnow
@@ -24,10 +24,6 @@ from service.worker_registry import WorkerRegistry
 router = APIRouter(prefix="/ops/api", include_in_schema=False)
 _STATES = [state.value for state in JobState]
 scrape_router = APIRouter(include_in_schema=False)
-
-
-class _Rotate(BaseModel):
-    revoke_others: bool = False
 
 
 @router.get("/overview")
@@ -68,7 +64,7 @@ def tenants(_: OpsSessionDep, session: SessionDep, settings: SettingsDep) -> dic
 
 @router.post("/tenants/{tenant_id}/keys", status_code=201)
 def rotate_key(
-    _: CsrfSessionDep, tenant_id: str, body: _Rotate, session: SessionDep, invalidations: InvalidationsDep
+    _: CsrfSessionDep, tenant_id: str, body: KeyRotate, session: SessionDep, invalidations: InvalidationsDep
 ) -> dict[str, str]:
     """A new key for the tenant, shown only in this reply."""
     issued = tenancy.rotate_key(session, tenant_id, revoke_others=body.revoke_others, now=utcnow())

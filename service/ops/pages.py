@@ -23,6 +23,10 @@ templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templat
 
 @router.get("/login", response_class=HTMLResponse)
 def login_form(request: Request) -> Response:
+    try:
+        ops_session.check_store(request)
+    except ops_session.SessionStoreDown as down:
+        return _store_down(request, down)
     return templates.TemplateResponse(request, "login.html", {"error": None})
 
 

@@ -111,6 +111,13 @@ def current(request: Request) -> OpsSession | None:
     return OpsSession(nonce, int(expires), _sign(settings, f"csrf.{nonce}"))
 
 
+def check_store(request: Request) -> None:
+    """Raise SessionStoreDown unless Redis, where sessions live, answers: the login form says
+    so at once rather than after the key is typed."""
+    with _store(request) as store:
+        store.ping()
+
+
 def check_csrf(session: OpsSession, token: str | None) -> None:
     """Raise Forbidden unless ``token`` is the session's CSRF token."""
     if not token or not _same(token, session.csrf):

@@ -138,6 +138,26 @@ def test_rotating_a_key_with_revoke_others_ends_the_old_key(
     )
 
 
+@pytest.mark.parametrize("where", ["feed", "admin"])
+def test_revoke_others_must_be_a_json_boolean(
+    ops_client: TestClient, tenant: TenantHandle, csrf: str, admin_headers: dict[str, str], where: str
+) -> None:
+    """ "yes" and 1 were read as true, and revoked every other key."""
+    if where == "feed":
+        reply = ops_client.post(
+            f"/ops/api/tenants/{tenant.id}/keys",
+            json={"revoke_others": "yes"},
+            headers={"X-CSRF-Token": csrf},
+        )
+    else:
+        reply = ops_client.post(
+            f"/v1/admin/tenants/{tenant.id}/keys", json={"revoke_others": 1}, headers=admin_headers
+        )
+
+    assert reply.status_code == 400 and "revoke_others" in reply.json()["description"]
+    assert ops_client.get("/v1/classifiers", headers=tenant.headers).status_code == 200  # the key still works
+
+
 def test_revoking_a_key_stops_it(ops_client: TestClient, tenant: TenantHandle, csrf: str) -> None:
     keys = {t["tenant_id"]: t for t in ops_client.get("/ops/api/tenants").json()["tenants"]}[tenant.id][
         "keys"

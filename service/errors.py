@@ -102,10 +102,15 @@ class ServiceUnavailable(TaasError):
     status, title = 503, "Service Unavailable"
 
 
+def new_incident() -> str:
+    """A reference that a reply names and the log line with the details carries."""
+    return uuid.uuid4().hex[:12]
+
+
 def unavailable(what: str, cause: BaseException) -> ServiceUnavailable:
     """A 503 that says what cannot be used and names the log line that says why: the why names
     the operator's storage (a path, a bucket), which is not the tenant's to read."""
-    incident = uuid.uuid4().hex[:12]
+    incident = new_incident()
     log.warning("%s (reference %s): %s", what, incident, cause)
     return ServiceUnavailable(f"{what}; reference {incident} in the server log")
 

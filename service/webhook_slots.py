@@ -21,6 +21,8 @@ from functools import lru_cache
 import redis
 from redis.commands.core import Script
 
+from service.worker_registry import connect
+
 # KEYS[1]: the tenant's slots; ARGV[1]: the slots it may hold; ARGV[2]: the event; ARGV[3]: how
 # long a slot lasts (ms). Drops lapsed slots; 2 if the event holds one already (another message
 # for it is making its attempt), else takes one if one is free: 1, else 0.
@@ -57,5 +59,5 @@ def slot(
 @lru_cache(maxsize=4)
 def _client(redis_url: str) -> tuple[redis.Redis, Script]:
     # one connection pool per process, shared by the delivery threads
-    client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
+    client = connect(redis_url, timeout_s=5.0)
     return client, client.register_script(_TAKE)

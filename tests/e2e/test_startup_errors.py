@@ -42,6 +42,31 @@ def test_a_setting_that_does_not_parse_is_one_line_naming_it(
     assert result.stderr.startswith(f"error: bad setting: {named}") and result.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("command", ["up", "api", "worker"])
+def test_an_admin_key_short_enough_to_guess_is_refused(tmp_path: Path, command: str) -> None:
+    """Nothing counts wrong guesses of the admin key, so it must be long enough that guessing
+    is hopeless; an operator's `TAAS_ADMIN_KEY=secret` was taken as it was."""
+    result = _run(command, tmp_path=tmp_path, TAAS_ADMIN_KEY="s3cret-admin\n")
+
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith(
+        "error: bad setting: TAAS_ADMIN_KEY: Value error, the admin key is 12 characters; "
+        "it must be at least 32"
+    )
+    assert "s3cret" not in result.stderr  # the key itself is never printed
+
+
+def test_a_short_key_in_the_admin_key_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "admin.key").write_text("letmein\n")
+
+    result = _run("up", "--port", str(free_port()), tmp_path=tmp_path)
+
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "admin.key: the admin key is 7 characters; it must be at least 32" in result.stderr
+    assert result.stderr.rstrip().endswith("or delete the file to generate a new admin key")
+
+
 @pytest.mark.parametrize("command", ["up", "api"])
 def test_a_port_out_of_range_is_refused(tmp_path: Path, command: str) -> None:
     result = _run(command, "--port", "99999", tmp_path=tmp_path)

@@ -41,7 +41,10 @@ PROGRESS_FIELDS = (
 
 
 class CreateFromDataset(BaseModel):
-    """JSON create (extension): train on a stored dataset."""
+    """JSON create (extension): train on a stored dataset. Any other field is refused, not
+    ignored: a misspelt ``callbak_url`` or ``promot`` trained without what was asked for."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=256)
     language: str = "en"
@@ -364,7 +367,9 @@ class DatasetList(BaseModel):
 
 
 class TenantCreate(BaseModel):
-    """``POST /v1/admin/tenants``."""
+    """``POST /v1/admin/tenants``; any other field is refused (quotas are set on their own route)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str
 
@@ -428,7 +433,10 @@ class TenantList(BaseModel):
 
 
 class KeyRotate(BaseModel):
-    """``POST /v1/admin/tenants/{id}/keys``."""
+    """``POST /v1/admin/tenants/{id}/keys``. Any other field is refused: a misspelt
+    ``revoke_other`` issued a key and left the old ones working, without a word."""
+
+    model_config = ConfigDict(extra="forbid")
 
     revoke_others: StrictBool = False  # "yes" or 1 revoked every other key
 

@@ -182,6 +182,26 @@ def test_another_tenants_ids_are_not_found(
     assert client.get(f"/v1/classifiers/{cid}", headers=owner.headers).status_code == 200
 
 
+def test_create_from_a_stored_dataset_refuses_a_misspelt_field(
+    client: TestClient, tenant: Any, session: Session
+) -> None:
+    did = client.post(
+        "/v1/datasets?name=d",
+        content=b"text,label\nhot,t\ncold,t\nrain,c\n",
+        headers={**tenant.headers, "content-type": "text/csv"},
+    ).json()["dataset_id"]
+
+    reply = client.post(
+        "/v1/classifiers",
+        json={"name": "c", "dataset_id": did, "callbak_url": "https://example.com/hook"},
+        headers=tenant.headers,
+    )
+
+    assert reply.status_code == 400
+    assert reply.json()["description"] == "callbak_url: Extra inputs are not permitted"
+    assert client.get("/v1/classifiers", headers=tenant.headers).json()["classifiers"] == []
+
+
 def test_create_from_stored_dataset_trains_on_it(client: TestClient, tenant: Any, session: Session) -> None:
     did = client.post(
         "/v1/datasets?name=d",

@@ -66,6 +66,25 @@ def test_rotate_issues_a_working_key_and_can_revoke_the_others(
         assert client.get("/v1/classifiers", headers={"X-API-Key": old}).status_code == 401
 
 
+def test_a_misspelt_field_of_an_admin_request_is_refused_and_changes_nothing(
+    client: TestClient, tenant: Any, admin_headers: dict[str, str]
+) -> None:
+    """`revoke_other` (for revoke_others) issued a new key and left the old ones working."""
+    rotated = client.post(
+        f"/v1/admin/tenants/{tenant.id}/keys", json={"revoke_other": True}, headers=admin_headers
+    )
+    created = client.post("/v1/admin/tenants", json={"name": "n", "quota": 1}, headers=admin_headers)
+
+    assert rotated.status_code == 400
+    assert rotated.json()["description"] == "revoke_other: Extra inputs are not permitted"
+    assert created.status_code == 400
+    assert created.json()["description"] == "quota: Extra inputs are not permitted"
+    tenants = client.get("/v1/admin/tenants", headers=admin_headers).json()["tenants"]
+    assert [len(t["keys"]) for t in tenants if t["tenant_id"] == tenant.id] == [1]
+    assert "n" not in [t["name"] for t in tenants]
+    assert client.get("/v1/classifiers", headers=tenant.headers).status_code == 200
+
+
 def test_admin_list_never_shows_secrets(
     client: TestClient, tenant: Any, admin_headers: dict[str, str]
 ) -> None:

@@ -221,13 +221,24 @@ def list_classifiers(as_json: bool = JSON_OPTION) -> None:
     """Your classifiers, with their status."""
     with _api() as api:
         listed = api.call("GET", "/v1/classifiers")["classifiers"]
-        found = [api.call("GET", segments("classifiers", c["classifier_id"])) for c in listed]
+        found = [c for c in (_still_there(api, c["classifier_id"]) for c in listed) if c is not None]
     if as_json:
         return _print_json(found)
     table = _table("id", "name", "status", "created")
     for c in found:
         table.add_row(c["classifier_id"], c["name"], c["status"], c["created"])
     out.print(table)
+
+
+def _still_there(api: Api, classifier_id: str) -> Any:
+    """The classifier's resource, or None when it was deleted since the list was read (one
+    deleted meanwhile failed the whole listing)."""
+    try:
+        return api.call("GET", segments("classifiers", classifier_id))
+    except ClientError as error:
+        if error.status == 404:
+            return None
+        raise
 
 
 @classifiers.command("show")

@@ -8,10 +8,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import Query, Request, Response
 
 from service import tenancy
 from service.api.deps import InvalidationsDep, SessionDep, SettingsDep
+from service.api.routing import Router
 from service.api.schemas import KeyRotate
 from service.errors import BadRequest
 from service.metrics import CONTENT_TYPE, Metrics
@@ -21,9 +22,9 @@ from service.ops.session import CsrfSessionDep
 from service.ops.session import SessionDep as OpsSessionDep
 from service.worker_registry import WorkerRegistry
 
-router = APIRouter(prefix="/ops/api", include_in_schema=False)
+router = Router(prefix="/ops/api", include_in_schema=False)
 _STATES = [state.value for state in JobState]
-scrape_router = APIRouter(include_in_schema=False)
+scrape_router = Router(include_in_schema=False)
 
 
 @router.get("/overview")

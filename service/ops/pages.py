@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter, Form, Request
+from fastapi import Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from service.api.deps import SettingsDep
+from service.api.routing import Router
 from service.ops import session as ops_session
 from service.tenancy import is_admin_key
 
-router = APIRouter(prefix="/ops", include_in_schema=False)
+router = Router(prefix="/ops", include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from service import quotas, tenancy
 from service.api.deps import AdminDep, InvalidationsDep, SessionDep, SettingsDep
+from service.api.routing import Router
 from service.api.schemas import (
     KeyIssued,
     KeyRotate,
@@ -22,7 +22,7 @@ from service.api.schemas import (
 from service.models import utcnow
 from service.settings import Settings
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = Router(prefix="/v1/admin", tags=["admin"])
 
 
 @router.post("/tenants", response_model=TenantCreated, status_code=201)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import IO
 
-from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi import BackgroundTasks, Request
 from fastapi.responses import FileResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -15,13 +15,14 @@ from starlette.concurrency import run_in_threadpool
 from service import bundles
 from service.api.deps import ClassifierDep, SessionDep, SettingsDep, StoreDep, TenantDep
 from service.api.routes.classifiers import base_url
+from service.api.routing import Router
 from service.api.schemas import ClassifierInfo
 from service.api.uploads import RAW_BODY, read_upload
 from service.errors import BadRequest
 from service.models import Classifier, ClassifierVersion, utcnow
 from service.store import ArtifactStore
 
-router = APIRouter(prefix="/v1/classifiers", tags=["bundles"])
+router = Router(prefix="/v1/classifiers", tags=["bundles"])
 BUNDLE_MEDIA_TYPE = "application/gzip"
 
 

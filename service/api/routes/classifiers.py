@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache, partial
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from service import classifiers, jobs, status_events
@@ -18,6 +18,7 @@ from service.api.deps import (
     StoreDep,
     TenantDep,
 )
+from service.api.routing import Router
 from service.api.schemas import (
     ClassifierInfo,
     ClassifierList,
@@ -30,7 +31,7 @@ from service.api.schemas import (
 from service.api.uploads import is_json, read_json, read_upload
 from service.models import utcnow
 
-router = APIRouter(prefix="/v1/classifiers", tags=["classifiers"])
+router = Router(prefix="/v1/classifiers", tags=["classifiers"])
 
 
 def base_url(request: Request) -> str:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import Query, Request, Response
 from pydantic_core import to_json
 
 from service import serving
 from service.api.deps import ServingDep, ServingTarget
 from service.api.routes.classifiers import base_url
+from service.api.routing import Router
 from service.api.schemas import (
     Classification,
     ClassificationCollection,
@@ -29,7 +30,7 @@ _JSON = "application/json"
 # NLC v1 answered with at most ten classes, the most confident first (its SDK's models say "up
 # to ten"): a model of 3,000 classes would otherwise send 3,000 a text
 CLASSES_SHOWN = 10
-router = APIRouter(prefix="/v1/classifiers", tags=["classify"])
+router = Router(prefix="/v1/classifiers", tags=["classify"])
 
 
 @router.post("/{classifier_id}/classify", response_model=Classification)

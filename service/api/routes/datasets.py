@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from service import datasets
 from service.api import intake
 from service.api.deps import DatasetDep, SessionDep, SettingsDep, StoreDep, TenantDep
 from service.api.routes.classifiers import base_url
+from service.api.routing import Router
 from service.api.schemas import DatasetInfo, DatasetList
 from service.api.uploads import read_upload
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = Router(prefix="/v1/datasets", tags=["datasets"])
 
 
 _UPLOAD_BODY = {

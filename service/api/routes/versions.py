@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from fastapi import APIRouter, BackgroundTasks, Path, Request
+from fastapi import BackgroundTasks, Path, Request
 from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -22,11 +22,12 @@ from service.api.deps import (
 )
 from service.api.routes.bundles import BUNDLE_MEDIA_TYPE, bundle_response, still_there
 from service.api.routes.classifiers import base_url
+from service.api.routing import Router
 from service.api.schemas import VersionFromDataset, VersionInfo, VersionList
 from service.api.uploads import is_json, read_json, read_upload
 from service.models import Classifier, ClassifierVersion, utcnow
 
-router = APIRouter(prefix="/v1/classifiers/{classifier_id}/versions", tags=["versions"])
+router = Router(prefix="/v1/classifiers/{classifier_id}/versions", tags=["versions"])
 VersionNumber = Path(ge=1, le=2**31 - 1, description="The version number: 1, 2, …")
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from service import webhooks
 from service.api.deps import SessionDep, TenantDep
+from service.api.routing import Router
 from service.api.schemas import WebhookSecret
 
-router = APIRouter(prefix="/v1/webhook_secret", tags=["webhooks"])
+router = Router(prefix="/v1/webhook_secret", tags=["webhooks"])
 
 
 @router.get("", response_model=WebhookSecret)

@@ -149,9 +149,9 @@ def test_framework_errors_use_the_nlc_body(
 @pytest.mark.parametrize(
     ("method", "path", "allowed"),
     [
-        ("PUT", "/v1/classifiers", "GET, POST"),
-        ("PUT", "/v1/classifiers/{cid}", "DELETE, GET"),
-        ("PUT", "/v1/classifiers/{cid}/classify", "GET, POST"),
+        ("PUT", "/v1/classifiers", "GET, HEAD, POST"),
+        ("PUT", "/v1/classifiers/{cid}", "DELETE, GET, HEAD"),
+        ("PUT", "/v1/classifiers/{cid}/classify", "GET, HEAD, POST"),
         ("DELETE", "/v1/classifiers/{cid}/classify_collection", "POST"),
     ],
 )

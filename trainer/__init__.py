@@ -11,6 +11,7 @@ from trainer.errors import (
     NonFiniteLoss,
     TrainerError,
     TrainingStopped,
+    WeightsOutOfBounds,
 )
 from trainer.hparams import DEFAULT_HPARAMS, HParams
 from trainer.inference import LoadedModel
@@ -28,6 +29,7 @@ __all__ = [
     "TrainResult",
     "TrainerError",
     "TrainingStopped",
+    "WeightsOutOfBounds",
     "read_labelled_csv",
     "train",
 ]

@@ -4,7 +4,8 @@ TrainerError
 ├── InvalidTrainingData   the data cannot be trained on (row, rule)
 ├── CheckpointCorrupt     no usable checkpoint / model file (checksum, truncation, format)
 ├── TrainingStopped       should_stop() turned true; a checkpoint was written first
-└── NonFiniteLoss         the loss became NaN/inf (never expected with the fixed HParams)
+├── NonFiniteLoss         the loss became NaN/inf (never expected with the fixed HParams)
+└── WeightsOutOfBounds    training ended with weights no model loader takes (diverged)
 """
 
 from __future__ import annotations
@@ -56,3 +57,15 @@ class NonFiniteLoss(TrainerError):
 
     def __reduce__(self) -> tuple[type, tuple[int, float]]:
         return type(self), (self.step, self.loss)
+
+
+class WeightsOutOfBounds(TrainerError):
+    """The trained weights hold NaN, infinite or huge values (``problem`` says which): training
+    diverged without the loss overflowing, and such a model would answer nothing."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"the trained weights are unusable: {problem}")
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return type(self), (self.problem,)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.checkpoint import write_atomic
-from trainer.errors import CheckpointCorrupt
+from trainer.errors import CheckpointCorrupt, WeightsOutOfBounds
 from trainer.evaluate import decide
 from trainer.features import Bags, Featurizer, FeaturizerConfig
 from trainer.model import ModelConfig, TextClassifier
@@ -54,8 +54,6 @@ def save_model(
     model's softmax gives the calibrated confidences with no extra step. A ``threshold``
     marks a multi-label model (sigmoid confidences, that decision threshold).
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     tensors = {
         "embedding": model.embedding.weight.detach().to(torch.float16).contiguous(),
         "output.weight": model.output.weight.detach() / temperature,
@@ -63,6 +61,12 @@ def save_model(
         "buckets": torch.from_numpy(featurizer.buckets.astype(np.int32)),  # < 2**24: int32 is exact
         "idf": torch.from_numpy(featurizer.idf.copy()),
     }
+    if problem := out_of_bounds({k: v for k, v in tensors.items() if k != "buckets"}):
+        # a model no loader would take must not be written (its job ended Available, every
+        # classify a 503); weights grow so only when training diverges
+        raise WeightsOutOfBounds(problem)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     torch.save(tensors, buffer)
     payload = buffer.getvalue()
@@ -193,19 +197,23 @@ def _featurizer_config(spec: object) -> FeaturizerConfig:
     return config
 
 
-def _check_bounded(named: dict[str, torch.Tensor], model_dir: Path) -> None:
-    """Raise CheckpointCorrupt if a weight holds a NaN, an infinity, or a value beyond
-    ±``_WEIGHT_BOUND``. NaN weights answer every classify with NaN confidences, and so do finite
-    ones large enough for a logit to overflow float32 (an embedding of 60,000s with an output
-    row of 1e36, in a forged bundle). Within the bound a logit stays far below float32's range
-    (64 × 2 normalised groups × 10⁶ × 10⁶), and no trained weight comes near it: SGD's are
-    tens at most, an IDF about 20, a temperature divides by at most 20. ``aminmax`` carries a
-    NaN through: 5 ms for 19 M values, where ``abs().max()`` takes 45."""
+def out_of_bounds(named: dict[str, torch.Tensor]) -> str | None:
+    """What makes these weights unservable: the name of one holding a NaN, an infinity, or a
+    value beyond ±``_WEIGHT_BOUND`` (with what it holds), or None. NaN weights answer every
+    classify with NaN confidences, and so do finite ones large enough for a logit to overflow
+    float32 (an embedding of 60,000s with an output row of 1e36, in a forged bundle). Within
+    the bound a logit stays far below float32's range (64 × 2 normalised groups × 10⁶ × 10⁶),
+    and no trained weight comes near it: SGD's are tens at most, an IDF about 20, a temperature
+    divides by at most 20. ``aminmax`` carries a NaN through: 5 ms for 19 M values, where
+    ``abs().max()`` takes 45. An empty tensor (no text had an n-gram: no embedding rows) holds
+    nothing out of bounds."""
     for key, tensor in named.items():
+        if tensor.numel() == 0:
+            continue
         low, high = torch.aminmax(tensor)
         if not -_WEIGHT_BOUND <= float(low) <= float(high) <= _WEIGHT_BOUND:  # False for NaN
-            beyond = f"NaN, infinite or values beyond ±{_WEIGHT_BOUND:g}"
-            raise CheckpointCorrupt(f"{model_dir}: {WEIGHTS_FILE}: '{key}' holds {beyond}")
+            return f"'{key}' holds NaN, infinite or values beyond ±{_WEIGHT_BOUND:g}"
+    return None
 
 
 class LoadedModel:
@@ -263,7 +271,8 @@ class LoadedModel:
             _check_buckets(tensors["buckets"], featurizer_config.buckets)
             embedding = tensors["embedding"].to(torch.float32)
             weights = {**tensors, "embedding": embedding}  # the float32 copy is the one checked and kept
-            _check_bounded({k: weights[k] for k in _WEIGHTS if k != "buckets"}, model_dir)
+            if problem := out_of_bounds({k: weights[k] for k in _WEIGHTS if k != "buckets"}):
+                raise CheckpointCorrupt(f"{model_dir}: {WEIGHTS_FILE}: {problem}")
             featurizer = Featurizer(featurizer_config, tensors["buckets"].numpy(), tensors["idf"].numpy())
             model = TextClassifier(config, embedding_init=0.0, output_init=0.0)  # replaced next
             model.load_state_dict(

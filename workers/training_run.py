@@ -60,6 +60,7 @@ from trainer.errors import (
     NonFiniteLoss,
     TrainerError,
     TrainingStopped,
+    WeightsOutOfBounds,
 )
 from trainer.hparams import DEFAULT_HPARAMS, HParams
 from workers.fair_share import FairShare
@@ -480,6 +481,8 @@ def _tenant_reason(error: TrainerError) -> str:
         return f"Invalid training data: {error}"
     if isinstance(error, NonFiniteLoss):
         return "Training diverged (the loss became infinite or NaN); check the training data."
+    if isinstance(error, WeightsOutOfBounds):
+        return "Training diverged (its weights grew too large to serve); check the training data."
     return GENERIC_FAILURE  # checkpoint and engine errors name server paths: keep them in the log
 
 

@@ -12,9 +12,11 @@ import torch
 
 from trainer.data import LabelledData
 from trainer.engine import train
-from trainer.errors import CheckpointCorrupt
+from trainer.errors import CheckpointCorrupt, InvalidTrainingData, WeightsOutOfBounds
+from trainer.features import Featurizer, FeaturizerConfig
 from trainer.hparams import HParams
-from trainer.inference import META_FILE, WEIGHTS_FILE, LoadedModel
+from trainer.inference import META_FILE, WEIGHTS_FILE, LoadedModel, save_model
+from trainer.model import ModelConfig, TextClassifier
 
 
 @pytest.fixture
@@ -97,6 +99,38 @@ def test_load_refuses_weights_that_are_not_finite_named_tensors(
     _replace_weights(model_dir, forge(weights))
     with pytest.raises(CheckpointCorrupt, match=problem):
         LoadedModel.load(model_dir)
+
+
+def test_weights_no_loader_would_take_are_never_saved(tmp_path: Path) -> None:
+    """A diverged multi-label training saved weights beyond the bound: its job ended Available,
+    and every classify of it was a 503."""
+    model = TextClassifier(ModelConfig(rows=4, dim=8, classes=3), embedding_init=0.1, output_init=1.0)
+    with torch.no_grad():
+        model.embedding.weight[2, 5] = 3e6
+    featurizer, _ = Featurizer.fit_transform(["a b", "c d"], FeaturizerConfig())
+
+    with pytest.raises(WeightsOutOfBounds, match="'embedding' holds NaN, infinite or values beyond"):
+        save_model(tmp_path / "m", model, featurizer, ["x", "y", "z"], 1.0, {})
+    assert not (tmp_path / "m").exists()
+
+
+def test_data_where_no_text_has_a_word_is_refused(tmp_path: Path) -> None:
+    data = LabelledData(["!!!", "???", "... !", "😀😀"] * 3, ["a", "b"] * 6)
+
+    with pytest.raises(InvalidTrainingData, match="no text has a letter or a digit"):
+        train(data, workdir=tmp_path / "w", out_dir=tmp_path / "m")
+
+
+def test_folds_whose_rows_have_no_word_train_and_the_model_loads(tmp_path: Path) -> None:
+    """A fold model of texts without a letter or digit has no embedding rows; checking its
+    weights' range raised (aminmax of nothing), and the job failed as an internal error."""
+    data = LabelledData(["!!!", "???", "...", "😀😀", "hello there"], ["a", "b", "a", "b", "a"])
+
+    result = train(data, workdir=tmp_path / "w", out_dir=tmp_path / "m")
+
+    assert result.metrics["evaluated_on"] == "cross-validation"
+    scores = LoadedModel.load(tmp_path / "m").classify(["hello there"])[0]
+    assert math.isclose(sum(score for _, score in scores), 1.0, rel_tol=1e-5)
 
 
 def test_a_directory_without_a_model_is_corrupt(tmp_path: Path) -> None:

@@ -14,12 +14,14 @@ CUDA state), nothing imported again. A process runs one intra-op thread, like
 every learner, sends each fold's result through a pipe of its own, and exits. It needs no
 watch on its parent: its work is bounded by the fixed update budget, and a result sent to a
 parent that died fails on the closed pipe. Closing the runs (the caller's stop, an error)
-terminates the processes that are still training.
+terminates the processes that are still training; a terminated process unwinds, so that its
+fold's temporary directory is removed (it stayed in the temporary folder on every cancel).
 """
 
 from __future__ import annotations
 
 import pickle
+import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar
@@ -104,6 +106,7 @@ class FoldRuns(Generic[T]):
 def _fold_process(conn: Connection, run: Callable[[int], Any], folds: list[int]) -> None:
     """A fold process's main: each of ``folds``' result (or exception) through ``conn``."""
     torch.set_num_threads(1)
+    signal.signal(signal.SIGTERM, _unwind)
     for fold in folds:
         try:
             message = (fold, run(fold), False)
@@ -116,6 +119,12 @@ def _fold_process(conn: Connection, run: Callable[[int], Any], folds: list[int])
         if message[2]:
             return
     conn.close()
+
+
+def _unwind(signum: int, _frame: object) -> None:
+    """SIGTERM (:meth:`FoldRuns.close`) as SystemExit, which no ``except Exception`` catches:
+    the fold's ``with`` blocks run their exits, its temporary directory's included."""
+    raise SystemExit(128 + signum)
 
 
 def _picklable(exc: Exception) -> Exception:

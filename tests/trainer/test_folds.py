@@ -3,8 +3,11 @@ a dead process and a stop reach the caller."""
 
 from __future__ import annotations
 
+import functools
 import os
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +45,12 @@ def _sleeps(fold: int) -> int:
     return fold
 
 
+def _sleeps_in_a_temporary_directory(parent: str, fold: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="taas-fold-", dir=parent):
+        time.sleep(60)
+    return fold
+
+
 def test_results_come_in_fold_order_from_fewer_processes_than_folds() -> None:
     runs = FoldRuns(_square, 5, 2)
 
@@ -75,3 +84,18 @@ def test_a_stop_terminates_the_processes_and_raises_training_stopped() -> None:
         runs.results(lambda: time.monotonic() - started > 0.5)
 
     assert [proc.is_alive() for proc in runs.procs] == [False, False]
+
+
+def test_a_stopped_fold_removes_its_temporary_directory(tmp_path: Path) -> None:
+    """Every cancel, delete or fair-share yield of a cross-fitting job left its folds'
+    taas-fold-* directories (a model among them) in the temporary folder."""
+    runs = FoldRuns(functools.partial(_sleeps_in_a_temporary_directory, str(tmp_path)), 2, 2)
+    deadline = time.monotonic() + 30
+    while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(os.listdir(tmp_path)) == 2
+
+    with pytest.raises(TrainingStopped):
+        runs.results(lambda: True)
+
+    assert os.listdir(tmp_path) == []

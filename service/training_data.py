@@ -126,10 +126,11 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
 
 
 def _nlc_records(lines: Iterable[str], max_commas: int) -> Iterator[tuple[int, str, list[str]]]:
-    for row, fields in _csv_rows(lines, max_commas):
+    for record, (row, fields) in enumerate(_csv_rows(lines, max_commas)):
         if len(fields) < 2:
             raise InvalidTrainingData(row, "a row needs a text and at least one class")
-        if row == 1 and [field.strip().lower() for field in fields[:2]] == ["text", "label"]:
+        # the first record, not row 1: after a blank line, a header trained a class "label"
+        if record == 0 and [field.strip().lower() for field in fields[:2]] == ["text", "label"]:
             raise InvalidTrainingData(
                 row,
                 "looks like a header (text,label), and NLC training data has none: leave it out, "
@@ -255,10 +256,11 @@ def has_surrogates(value: str) -> bool:
 
 
 def unprintable(value: str) -> str | None:
-    """Why ``value`` cannot be a name (a control character, or an unpaired surrogate), or None."""
+    """Why ``value`` cannot be a name (a control character or line separator, an unpaired
+    surrogate, a bidi reordering), or None."""
     if has_surrogates(value):
         return "is not valid Unicode (unpaired surrogate)"
-    if any(unicodedata.category(ch) == "Cc" for ch in value):
+    if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value):  # Zl, Zp: U+2028, U+2029
         return "must not contain control characters (a tab or a line end, say)"
     if not value.isascii() and _REORDERING.search(value):  # "Trojan Source" display spoofing
         return (

@@ -66,7 +66,13 @@ _PAIRS = "more than 4 training rows (max_training_rows; a text with several clas
             "row 1: looks like a header (text,label), and NLC training data has none: leave it out, "
             "or upload the file as a dataset (POST /v1/datasets), which reads it",
         ),
+        (
+            "\n\ntext,label\na,x\nb,y\n",
+            "row 3: looks like a header (text,label), and NLC training data has none: leave it out, "
+            "or upload the file as a dataset (POST /v1/datasets), which reads it",
+        ),
         ('a,x\nb,"y\nz"\n', "row 2: class must not contain control characters (a tab or a line end, say)"),
+        ("a,x\nb,y\u2028z\n", "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("a,x\nb,y\tz\n", "row 2: class must not contain control characters (a tab or a line end, say)"),
         ("", "training data has no rows"),
         (
@@ -101,7 +107,9 @@ _PAIRS = "more than 4 training rows (max_training_rows; a text with several clas
         "missing-class",
         "header",
         "header-with-more-columns",
+        "header-after-blank-lines",
         "line-end-in-class",
+        "line-separator-in-class",
         "tab-in-class",
         "empty-file",
         "invisible-text",

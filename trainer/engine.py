@@ -531,7 +531,10 @@ def _train(
         early = ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, learners)
         early.report("preparing", epoch=1, step=0, loss=None, checkpoints=0, resumed=0)
         prepared = _prepare(data, hparams, fingerprint)
-        cross_fitting = cross_fit and prepared.validation_bags is None and hparams.cross_fit_folds > 1
+        # one example (a multi-label text) leaves its fold model nothing to learn from
+        cross_fitting = (
+            cross_fit and prepared.validation_bags is None and hparams.cross_fit_folds > 1 and len(data) > 1
+        )
         if cross_fitting:  # the fold models train beside the final one (trainer.folds)
             folds = _start_folds(data, prepared.labels, hparams)
         model = _initial_model(prepared, hparams)
@@ -783,11 +786,20 @@ def _fold_logits(
     data: TrainingData, folds: np.ndarray, labels: list[str], hparams: HParams, fold: int
 ) -> _FoldLogits:
     """(held-out rows, their logits' columns, logits) of the model trained without ``fold``;
-    no columns or logits when no model can be trained without it (its scores are uniform)."""
+    no columns or logits when no row is held out.
+
+    When the other folds hold one class, no model can be trained on them, and what they teach
+    is that class alone: it is every held-out row's prediction, a sure one (logit 50, where a
+    sigmoid is 1 to float64's precision and a softmax over it and the others' -inf is 1).
+    The held rows were scored uniform before, and an argmax of equal scores took the first
+    class by name: a rare class named 'a' was reported found, one named 'z' missed; and in
+    multi-label mode sigmoid(0) = 0.5 put every class on every such row."""
     held = np.flatnonzero(folds == fold)
     fold_data = data.subset(np.flatnonzero(folds != fold))
-    if len(held) == 0 or len(fold_data.classes) < 2:
+    if len(held) == 0:
         return held, None, None
+    if len(fold_data.classes) < 2:
+        return held, np.array([labels.index(fold_data.classes[0])]), np.full((len(held), 1), 50.0)
     with tempfile.TemporaryDirectory(prefix="taas-fold-") as tmp:
         _train(
             fold_data,
@@ -822,9 +834,7 @@ def _cross_fit(
     """
     logits = np.full((len(data), len(labels)), -np.inf)
     for held, columns, fold_logits in folds.results(should_stop):
-        if columns is None:
-            logits[held] = 0.0  # no model can be trained without this fold: uniform scores
-        else:
+        if columns is not None:
             logits[np.ix_(held, columns)] = fold_logits
     return logits, _targets(data, labels), "cross-validation"
 

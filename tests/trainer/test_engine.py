@@ -249,6 +249,48 @@ def test_data_too_small_to_split_is_scored_by_cross_fitting_and_calibrated(
     assert saved["temperature"] == metrics["temperature"]
 
 
+@pytest.mark.parametrize("rare", ["a", "z"])
+def test_a_row_whose_other_folds_hold_one_class_is_predicted_as_that_class(
+    tmp_path: Path, quick_hparams: HParams, rare: str
+) -> None:
+    """Its fold model cannot be trained: the row was scored uniform, and the argmax took the
+    first class by name, so the rare class 'a' was reported found and 'z' missed."""
+    data = LabelledData(
+        ["the cat sat", "dogs bark", "dogs run", "dogs sleep", "dogs play"], [rare] + ["b"] * 4
+    )
+
+    metrics = train(data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams).metrics
+
+    assert metrics["evaluated_on"] == "cross-validation"
+    assert metrics["accuracy"] == 0.8 and metrics["per_class"][rare]["recall"] == 0.0  # type: ignore[index]
+
+
+def test_a_multi_label_row_no_fold_model_can_score_is_not_given_every_label(
+    tmp_path: Path, quick_hparams: HParams
+) -> None:
+    """sigmoid(0) = 0.5 put every class on it. Here the fold holding 'alpha beta' learns only x
+    from the others, and predicts x alone (it gave x and y, y right by chance)."""
+    data = LabelledData(["alpha beta", "alpha beta", "gamma", "delta"], ["x", "y", "x", "x"])
+
+    metrics = train(
+        data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams, multi_label=True
+    ).metrics
+
+    assert metrics["evaluated_on"] == "cross-validation"
+    assert metrics["per_class"]["y"]["recall"] == 0.0  # type: ignore[index]
+
+
+def test_one_multi_label_text_is_scored_on_itself(tmp_path: Path, quick_hparams: HParams) -> None:
+    """Its one fold model would have nothing to learn from: it was scored uniform (micro-F1 1.0)."""
+    data = LabelledData(["alpha beta", "alpha beta"], ["x", "y"])
+
+    metrics = train(
+        data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams, multi_label=True
+    ).metrics
+
+    assert metrics["evaluated_on"] == "training"
+
+
 def test_a_stop_while_cross_fitting_resumes_to_the_uninterrupted_model(
     tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
 ) -> None:

@@ -148,7 +148,16 @@ def _labelled_records(stream: Iterable[str], max_commas: int) -> Iterator[tuple[
         if line.strip():
             break
     rest = itertools.chain(leading, lines)
-    if leading and leading[-1].lstrip().startswith("{"):
+    first = leading[-1].lstrip() if leading else ""
+    if not first:
+        raise InvalidTrainingData(0, "training data has no rows")
+    if first.startswith("["):  # read as CSV, a JSON array was "malformed CSV (',' expected after '"')"
+        raise InvalidTrainingData(
+            len(leading),
+            'a JSON array is not read: send JSON Lines (one {"text": ..., "label": ...} object a line) '
+            "or CSV with a text,label header",
+        )
+    if first.startswith("{"):
         yield from _jsonl_records(rest, max_commas)
     else:
         yield from _header_csv_records(rest, max_commas)

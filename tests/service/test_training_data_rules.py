@@ -201,6 +201,13 @@ def test_bad_metadata_is_400_and_leaves_nothing(
         (b'{"text": "a", "label": "x"}\nnot json\n', "row 2: not a JSON object (Expecting value)"),
         (b'{"text": "a", "label": [' + b'"x",' * 56 + b'"y"]}\n', "row 1: " + _WIDE),
         (b"text,label\na,x\nb," + b"y," * 56 + b"\n", "row 3: " + _WIDE),
+        (
+            b'\n[{"text": "a", "label": "x"}]\n',
+            'row 2: a JSON array is not read: send JSON Lines (one {"text": ..., "label": ...} '
+            "object a line) or CSV with a text,label header",
+        ),
+        (b"", "training data has no rows"),
+        (b"\n \n", "training data has no rows"),
     ],
 )
 def test_bad_dataset_upload_is_400_and_leaves_nothing(

@@ -108,7 +108,9 @@ class _Prepared:
     steps_per_epoch: int
     max_epochs: int
     fingerprint: str
-    max_rows: int  # the most embedding rows one mini-batch can touch (slot capacity)
+    # the most embedding rows one mini-batch pushes, repeats counted (SGD pushes them as they
+    # are); unique rows (Adam) are at most the featurizer's rows too
+    max_rows: int
     class_weights: torch.Tensor | None  # the loss's per-class weights (_class_weights)
 
 
@@ -189,7 +191,7 @@ def _prepare(data: TrainingData, hparams: HParams, fingerprint: str) -> _Prepare
         steps_per_epoch=steps_per_epoch,
         max_epochs=max(hparams.max_epochs, math.ceil(hparams.min_updates / steps_per_epoch)),
         fingerprint=fingerprint,
-        max_rows=max(1, min(max_rows, featurizer.rows)),
+        max_rows=max(1, max_rows),
         class_weights=_class_weights(targets[train_idx], len(labels), hparams.class_balance),
     )
 
@@ -548,7 +550,11 @@ def _train(
             model_parameters(model),
             optimizer,
             learners,
-            prepared.max_rows,
+            # slot capacity; capped at the vocabulary only for unique rows: long texts of a small
+            # vocabulary pushed more rows than it has, and every learner died on its first push
+            min(prepared.max_rows, prepared.featurizer.rows)
+            if optimizer.needs_unique_rows
+            else prepared.max_rows,
             shared=processes is not None,
             device=device,
             locks=processes.locks() if processes is not None else None,

@@ -10,6 +10,7 @@ import dataclasses
 import math
 import multiprocessing
 import os
+import random
 import signal
 from pathlib import Path
 
@@ -164,6 +165,27 @@ def test_a_stopped_two_learner_run_resumes_to_the_planned_update_count(
     assert resumed.resumed == 1 and resumed.learners == 2  # the checkpoint's K wins
     assert resumed.applied_updates == expected
     assert resumed.ps["applied"] == resumed.ps["pushed"] == expected
+
+
+def test_two_learners_train_long_texts_of_a_small_vocabulary(tmp_path: Path, fixed_plan: HParams) -> None:
+    """A batch of such texts pushes (under SGD, repeats and all) more rows than the vocabulary
+    has; the slots were sized to the vocabulary, and every learner died on its first push."""
+    rng = random.Random(0)
+    texts = [
+        " ".join(rng.choice("abcde") for _ in range(60)) + (" aaa" if i % 2 else " bbb") for i in range(40)
+    ]
+    data = LabelledData(texts, ["A" if i % 2 else "B" for i in range(40)])
+
+    result = train(
+        data,
+        workdir=tmp_path / "w",
+        out_dir=tmp_path / "m",
+        hparams=dataclasses.replace(fixed_plan, cross_fit_folds=0),
+        learners=2,
+    )
+
+    assert result.learners == 2 and result.ps["respawns"] == 0
+    assert result.applied_updates == planned_updates(len(data), fixed_plan, 2)
 
 
 def test_zero_learners_means_one_per_core_unless_the_data_is_too_small() -> None:

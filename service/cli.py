@@ -42,7 +42,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from pydantic import ValidationError
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
@@ -415,6 +415,7 @@ def _migrate(settings: Settings) -> None:
     config = _alembic(settings)
     engine = create_engine(settings.resolved_database_url(), poolclass=NullPool)
     try:
+        _refuse_a_newer_schema(config, engine)
         if engine.dialect.name != "postgresql":
             command.upgrade(config, "head")
             return
@@ -457,7 +458,22 @@ def _require_migrated(settings: Settings) -> None:
     finally:
         engine.dispose()
     if current != head:
+        _refuse_a_newer_schema(_alembic(settings), engine)
         _fail(f"the database schema is at {current or 'nothing'}, not {head}: run `taas migrate` first")
+
+
+def _refuse_a_newer_schema(config: Config, engine: Engine) -> None:
+    """Exit with a one-line error when the database's schema revision is unknown to this release:
+    a newer release migrated it (alembic's traceback, or "run `taas migrate`", said nothing of that)."""
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    scripts = ScriptDirectory.from_config(config)
+    if current is not None and current not in {script.revision for script in scripts.walk_revisions()}:
+        _fail(
+            f"the database schema is at {current}, which this release does not know (its newest is "
+            f"{scripts.get_current_head()}): a newer release migrated it; run that release, or restore "
+            "a backup taken before the upgrade"
+        )
 
 
 def _prepare_data_dir(data_dir: Path) -> Path:

@@ -6,6 +6,7 @@ a worker told to change what taas fixes, an external Redis that does not answer.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,30 @@ def test_the_api_refuses_to_start_without_a_redis_to_queue_trainings_on(tmp_path
 
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: TAAS_REDIS_URL is not set")
+
+
+@pytest.mark.parametrize("command", ["up", "migrate", "api"])
+def test_a_database_a_newer_release_migrated_is_refused_in_one_line(tmp_path: Path, command: str) -> None:
+    """`up` and `migrate` printed alembic's 270-line traceback; `api` said "run `taas migrate`"."""
+    assert _run("migrate", tmp_path=tmp_path).returncode == 0
+    with sqlite3.connect(tmp_path / "var" / "taas.db") as db:
+        db.execute("UPDATE alembic_version SET version_num = '0099'")
+
+    result = (
+        _run(
+            command,
+            "--port",
+            str(free_port()),
+            tmp_path=tmp_path,
+            TAAS_ADMIN_KEY="k" * 32,
+            TAAS_REDIS_URL="redis://127.0.0.1:6379/0",
+        )
+        if command != "migrate"
+        else _run(command, tmp_path=tmp_path)
+    )
+
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: the database schema is at 0099, which this release does not know")
 
 
 @pytest.mark.parametrize("command", ["worker", "reconcile", "webhooks"])

@@ -4,6 +4,7 @@ any other class's, so a class with a handful of rows beside classes of hundreds 
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import random
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from synthetic import _FILLER, _VOCABULARY, synthetic_data
+from test_accuracy_smoke import CHATBOT
 
 from trainer.data import LabelledData
 from trainer.engine import _class_weights, train
@@ -24,7 +26,7 @@ from trainer.step import Batch, TextClassifierTask
 
 
 def test_each_class_weighs_rows_over_classes_in_all() -> None:
-    weights = _class_weights(np.array([0] * 8 + [1] * 2 + [2] * 10), classes=3, balance=1.0)
+    weights = _class_weights(np.array([0] * 8 + [1] * 2 + [2] * 10), classes=3, balance=1.0, batch=16)
 
     assert weights is not None
     assert weights.tolist() == pytest.approx([20 / (3 * 8), 20 / (3 * 2), 20 / (3 * 10)])
@@ -32,22 +34,52 @@ def test_each_class_weighs_rows_over_classes_in_all() -> None:
 
 
 def test_balanced_data_weighs_every_row_alike() -> None:
-    weights = _class_weights(np.array([0, 1, 2] * 5), classes=3, balance=1.0)
+    weights = _class_weights(np.array([0, 1, 2] * 5), classes=3, balance=1.0, batch=16)
 
     assert weights is not None
     assert weights.tolist() == pytest.approx([1.0, 1.0, 1.0])
 
 
 def test_a_balance_between_0_and_1_is_a_power_of_the_full_weights() -> None:
-    weights = _class_weights(np.array([0] * 9 + [1]), classes=2, balance=0.5)
+    weights = _class_weights(np.array([0] * 9 + [1]), classes=2, balance=0.5, batch=16)
 
     assert weights is not None
     assert weights.tolist() == pytest.approx([(10 / 18) ** 0.5, 5**0.5])
 
 
+def test_no_weight_is_above_the_batch_size_less_one() -> None:
+    """One row of a class among 200 weighed 29 (three quarters of its batch's step); where its
+    text was also another class's, the two tugged harder each epoch until the weights blew up."""
+    weights = _class_weights(np.array([0] * 114 + [1] * 86 + [2]), classes=3, balance=1.0, batch=16)
+
+    assert weights is not None
+    assert weights.tolist() == pytest.approx([201 / (3 * 114), 201 / (3 * 86), 15.0])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (CHATBOT / "train.csv").exists(), reason=f"shared dataset absent: {CHATBOT}")
+def test_one_row_classes_on_texts_of_big_classes_train(tmp_path: Path) -> None:
+    """The chatbot rows and the same with "please " before each line (which splits five quoted
+    rows into NLC rows of two classes: a text in a big class and a one-row class). The one-row
+    classes weighed 29 and diverged every fold model and the final one (a trained set on
+    2026-11-24, before class balancing)."""
+    lines = (CHATBOT / "train.csv").read_text(encoding="utf-8").splitlines()[1:]
+    texts, labels = [], []
+    for text, *classes in csv.reader(lines + ["please " + line for line in lines]):
+        texts += [text] * len(classes)
+        labels += classes
+
+    result = train(LabelledData(texts, labels), workdir=tmp_path / "w", out_dir=tmp_path / "m")
+
+    assert result.metrics["accuracy"] >= 0.9  # type: ignore[operator]
+    LoadedModel.load(tmp_path / "m")
+
+
 def test_no_balance_and_multi_label_targets_give_no_weights() -> None:
-    assert _class_weights(np.array([0, 0, 1]), classes=2, balance=0.0) is None
-    assert _class_weights(np.array([[1, 0], [1, 1]], dtype=np.uint8), classes=2, balance=1.0) is None
+    assert _class_weights(np.array([0, 0, 1]), classes=2, balance=0.0, batch=16) is None
+    assert (
+        _class_weights(np.array([[1, 0], [1, 1]], dtype=np.uint8), classes=2, balance=1.0, batch=16) is None
+    )
 
 
 def _with_rare_class(common_rows: int, rare_rows: int, seed: int) -> LabelledData:

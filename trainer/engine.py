@@ -192,7 +192,9 @@ def _prepare(data: TrainingData, hparams: HParams, fingerprint: str) -> _Prepare
         max_epochs=max(hparams.max_epochs, math.ceil(hparams.min_updates / steps_per_epoch)),
         fingerprint=fingerprint,
         max_rows=max(1, max_rows),
-        class_weights=_class_weights(targets[train_idx], len(labels), hparams.class_balance, hparams.batch_size),
+        class_weights=_class_weights(
+            targets[train_idx], len(labels), hparams.class_balance, hparams.batch_size
+        ),
     )
 
 

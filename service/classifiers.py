@@ -118,24 +118,35 @@ def get_classifier(session: Session, tenant_id: str, classifier_id: str) -> Clas
 
 
 def delete_classifier(
-    session: Session, settings: Settings, store: ArtifactStore, classifier: Classifier, *, now: datetime
+    session: Session,
+    settings: Settings,
+    store: ArtifactStore,
+    classifier: Classifier,
+    *,
+    now: datetime,
+    notify: bool = True,
 ) -> None:
     """Cancel its jobs (a worker stops at its next fenced write), delete its rows (with its
     versions and the datasets they were created with) and record the deletion's status event
     for every callback URL its versions named (each heard of the classifier until now); then
     delete its files and send the events. The classifier's delivered events go with it.
-    NotFound when a concurrent delete removed it first (that one records the events)."""
+    NotFound when a concurrent delete removed it first (that one records the events).
+    ``notify`` False records and sends no event (its tenant is being deleted)."""
     jobs.lock_existing_classifier(session, classifier.id)
     shown = jobs.shown_job(session, classifier)
     jobs.cancel_jobs(session, classifier.id, now=now)
     owned = versions.owned_datasets(session, classifier.id)
     status_events.forget_delivered(session, classifier.id)
-    hooks = session.scalars(  # oldest first; without one, nobody could ever read the event
-        select(TrainingJob.callback_url)
-        .where(TrainingJob.classifier_id == classifier.id, TrainingJob.callback_url.is_not(None))
-        .group_by(TrainingJob.callback_url)
-        .order_by(func.min(TrainingJob.created_at))
-    ).all()
+    hooks = (
+        session.scalars(  # oldest first; without one, nobody could ever read the event
+            select(TrainingJob.callback_url)
+            .where(TrainingJob.classifier_id == classifier.id, TrainingJob.callback_url.is_not(None))
+            .group_by(TrainingJob.callback_url)
+            .order_by(func.min(TrainingJob.created_at))
+        ).all()
+        if notify
+        else []
+    )
     for callback_url in hooks:
         status_events.record_deleted(
             session,
@@ -154,7 +165,8 @@ def delete_classifier(
     store.delete_classifier(classifier.tenant_id, classifier.id)
     for dataset in owned:
         store.delete_file(store.resolve(dataset.path))
-    webhooks.send_new_events(session, settings, classifier.id)
+    if notify:
+        webhooks.send_new_events(session, settings, classifier.id)
 
 
 def cancel_training(session: Session, settings: Settings, classifier: Classifier, *, now: datetime) -> None:

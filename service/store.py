@@ -214,6 +214,10 @@ class ArtifactStore(TreeOps):
         """Remove a classifier's checkpoints and model, if any."""
         self.delete_tree(self.classifier_dir(tenant_id, classifier_id))
 
+    def delete_tenant(self, tenant_id: str) -> None:
+        """Remove everything stored for a tenant: datasets, classifiers, leftovers."""
+        self.delete_tree(self._tenant(tenant_id))
+
     # --- the node-local working copy of a remote store -------------------------------------
     def publish(self, path: Path) -> None:
         """Copy a file or folder this node wrote under the root to the remote store (no-op

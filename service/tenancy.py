@@ -142,15 +142,26 @@ def rotate_key(session: Session, tenant_id: str, *, revoke_others: bool, now: da
     require_tenant(session, tenant_id)
     lock_tenant(session, tenant_id)  # two rotations that revoke the others leave one key, not two
     if revoke_others:
-        session.execute(
-            update(ApiKey)
-            .where(ApiKey.tenant_id == tenant_id, ApiKey.revoked_at.is_(None))
-            .values(revoked_at=now)
-            .execution_options(synchronize_session=False)
-        )
+        _revoke_all(session, tenant_id, now)
     issued = _add_key(session, tenant_id, now)
     session.commit()
     return issued
+
+
+def revoke_all_keys(session: Session, tenant_id: str, *, now: datetime) -> None:
+    """Revoke every key of the tenant (a tenant being deleted); commits."""
+    lock_tenant(session, tenant_id)
+    _revoke_all(session, tenant_id, now)
+    session.commit()
+
+
+def _revoke_all(session: Session, tenant_id: str, now: datetime) -> None:
+    session.execute(
+        update(ApiKey)
+        .where(ApiKey.tenant_id == tenant_id, ApiKey.revoked_at.is_(None))
+        .values(revoked_at=now)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def revoke_key(session: Session, tenant_id: str, key_id: str, *, now: datetime) -> None:

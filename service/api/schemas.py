@@ -432,6 +432,14 @@ class TenantList(BaseModel):
     tenants: list[TenantInfo]
 
 
+class TenantDeletedInfo(BaseModel):
+    """``DELETE /v1/admin/tenants/{id}``: the tenant, and how many classifiers and datasets went."""
+
+    tenant_id: str
+    classifiers: int
+    datasets: int
+
+
 class KeyRotate(BaseModel):
     """``POST /v1/admin/tenants/{id}/keys``. Any other field is refused: a misspelt
     ``revoke_other`` issued a key and left the old ones working, without a word."""

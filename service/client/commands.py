@@ -406,6 +406,29 @@ def list_tenants(as_json: bool = JSON_OPTION) -> None:
             out.print("  no active key", highlight=False)
 
 
+@tenants.command("delete")
+@_one_line_errors
+def delete_tenant(
+    tenant_id: str = typer.Argument(..., metavar="TENANT_ID"),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Delete a tenant and everything it owns: keys, classifiers, datasets. Asks first."""
+    if not yes and not typer.confirm(
+        f"Delete tenant {tenant_id} with every classifier and dataset it owns? This cannot be undone"
+    ):
+        raise ClientError("nothing deleted")
+    with _api() as api:
+        reply = api.call("DELETE", segments("admin", "tenants", tenant_id))
+    if as_json:
+        return _print_json(reply)
+    out.print(
+        f"deleted tenant {tenant_id}: {reply['classifiers']} classifier(s), {reply['datasets']} dataset(s)",
+        markup=False,
+        highlight=False,
+    )
+
+
 @tenants.command("revoke")
 @_one_line_errors
 def revoke_key(

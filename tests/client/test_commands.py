@@ -149,3 +149,11 @@ def test_admin_and_tenant_work_through_the_client(
     assert (
         unknown.stderr == "error: the key is neither a tenant's key nor the admin key (or it was revoked)\n"
     )
+    # the admin deletes the tenant: asked first, and its key is refused from then on
+    assert "as the administrator" in taas("login", url, input=embedded_platform.admin_key + "\n").stdout
+    declined = taas("tenants", "delete", created["tenant_id"], input="n\n")  # type: ignore[index]
+    assert declined.exit_code == 1 and declined.stderr == "error: nothing deleted\n"
+    deleted = taas("tenants", "delete", created["tenant_id"], "--yes")  # type: ignore[index]
+    assert deleted.exit_code == 0 and "0 classifier(s), 2 dataset(s)" in deleted.stdout, deleted.output
+    assert httpx.get(f"{url}/v1/classifiers", headers={"X-API-Key": created["api_key"]}).status_code == 401
+    assert "cli-acme" not in taas("tenants", "list").stdout

@@ -6,8 +6,8 @@ from dataclasses import asdict
 
 from sqlalchemy.orm import Session
 
-from service import quotas, tenancy
-from service.api.deps import AdminDep, InvalidationsDep, SessionDep, SettingsDep
+from service import quotas, tenancy, tenant_deletion
+from service.api.deps import AdminDep, InvalidationsDep, ModelCacheDep, SessionDep, SettingsDep, StoreDep
 from service.api.routing import Router
 from service.api.schemas import (
     KeyIssued,
@@ -15,6 +15,7 @@ from service.api.schemas import (
     QuotaOverrides,
     TenantCreate,
     TenantCreated,
+    TenantDeletedInfo,
     TenantInfo,
     TenantList,
     TenantQuotas,
@@ -40,6 +41,33 @@ def create_tenant(
 def list_tenants(_: AdminDep, session: SessionDep) -> TenantList:
     """Every tenant with its keys (secrets never shown)."""
     return TenantList(tenants=[TenantInfo.build(t, keys) for t, keys in tenancy.list_tenants(session)])
+
+
+@router.delete("/tenants/{tenant_id}", response_model=TenantDeletedInfo)
+def delete_tenant(
+    _: AdminDep,
+    tenant_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    models: ModelCacheDep,
+    invalidations: InvalidationsDep,
+) -> TenantDeletedInfo:
+    """Delete the tenant and everything it owns: its keys at once, its classifiers (trainings
+    stopped), datasets and files. A deletion cut off part-way is finished by the same request."""
+    deleted = tenant_deletion.delete_tenant(
+        session,
+        settings,
+        store,
+        tenant_id,
+        now=utcnow(),
+        keys_revoked=lambda: invalidations.announce(tenant_id),
+    )
+    for classifier_id in deleted.classifiers:
+        models.evict(classifier_id)
+    return TenantDeletedInfo(
+        tenant_id=deleted.tenant_id, classifiers=len(deleted.classifiers), datasets=deleted.datasets
+    )
 
 
 @router.post("/tenants/{tenant_id}/keys", response_model=KeyIssued, status_code=201)

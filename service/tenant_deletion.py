@@ -1,0 +1,73 @@
+"""Deleting a tenant and everything it owns (``DELETE /v1/admin/tenants/{id}``, `taas tenants
+delete`): an operator offboarding a customer, or erasing its data on request.
+
+In an order that makes a deletion cut off part-way (a crash, a lost connection) harmless and
+the same request the way to finish it:
+
+1. every key of the tenant is revoked, in one commit: from then on nothing of the tenant is
+   reachable (on every API replica once the caller announces the invalidation);
+2. each classifier goes as ``DELETE /v1/classifiers/{id}`` takes it, its trainings cancelled
+   (a worker stops at its next fenced write), its rows and its files, but without status
+   events: the tenant's receivers are not told of a deletion of the tenant itself;
+3. the tenant's row goes, and with it (ON DELETE CASCADE) its datasets, keys, status events
+   and quota overrides;
+4. its folder in the artifact store goes: datasets, and whatever a crash left unrecorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from service import classifiers, tenancy
+from service.errors import NotFound
+from service.models import Classifier, Dataset, Tenant
+from service.settings import Settings
+from service.store import ArtifactStore
+
+
+@dataclass(frozen=True)
+class TenantDeleted:
+    """What a deletion removed."""
+
+    tenant_id: str
+    classifiers: list[str]
+    datasets: int  # every dataset it held, those its classifiers were created with included
+
+
+def delete_tenant(
+    session: Session,
+    settings: Settings,
+    store: ArtifactStore,
+    tenant_id: str,
+    *,
+    now: datetime,
+    keys_revoked: Callable[[], None],
+) -> TenantDeleted:
+    """Delete the tenant with every key, classifier, dataset and file (see the module's
+    docstring for the order), calling ``keys_revoked`` once its keys are (the caller tells the
+    API replicas). NotFound when there is no such tenant."""
+    tenancy.require_tenant(session, tenant_id)
+    datasets = session.scalar(select(func.count()).where(Dataset.tenant_id == tenant_id)) or 0
+    tenancy.revoke_all_keys(session, tenant_id, now=now)
+    keys_revoked()
+    deleted = []
+    for classifier_id in session.scalars(
+        select(Classifier.id).where(Classifier.tenant_id == tenant_id).order_by(Classifier.id)
+    ).all():
+        classifier = session.get(Classifier, classifier_id)
+        if classifier is None:
+            continue
+        try:
+            classifiers.delete_classifier(session, settings, store, classifier, now=now, notify=False)
+        except NotFound:  # a concurrent delete took it first
+            continue
+        deleted.append(classifier_id)
+    session.execute(delete(Tenant).where(Tenant.id == tenant_id))
+    session.commit()
+    store.delete_tenant(tenant_id)
+    return TenantDeleted(tenant_id, deleted, datasets)

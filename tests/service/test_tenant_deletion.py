@@ -1,0 +1,108 @@
+"""Deleting a tenant (DELETE /v1/admin/tenants/{id}): its keys stop at once, every row and file it
+owns goes, another tenant's stay, and the same request finishes a deletion cut off part-way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service import tenant_deletion
+from service.models import Base, Tenant
+from service.settings import Settings
+from tests.conftest import TenantHandle
+
+DATASET = b"text,label\nhot today,weather\ncold rain,weather\nplay jazz,music\nplay rock,music\n"
+
+
+def _rows_of(session: Session, tenant_id: str) -> dict[str, int]:
+    """Rows naming the tenant, per table that has a tenant_id column."""
+    session.expire_all()
+    counts = {}
+    for table in Base.metadata.sorted_tables:
+        if "tenant_id" in table.c:
+            counts[table.name] = session.scalar(
+                select(func.count()).select_from(table).where(table.c.tenant_id == tenant_id)
+            )
+    counts["tenants"] = session.scalar(select(func.count()).where(Tenant.id == tenant_id))
+    return {name: n for name, n in counts.items() if n}
+
+
+def _estate(
+    client: TestClient, tenant: TenantHandle, create_classifier: Callable[..., httpx.Response]
+) -> None:
+    """A stored dataset, a classifier trained on it, and one from an NLC upload."""
+    dataset = client.post(
+        "/v1/datasets?name=d", content=DATASET, headers={**tenant.headers, "content-type": "text/csv"}
+    ).json()["dataset_id"]
+    assert client.post(
+        "/v1/classifiers", json={"name": "from-dataset", "dataset_id": dataset}, headers=tenant.headers
+    ).is_success
+    assert create_classifier(tenant).is_success
+
+
+def test_deleting_a_tenant_removes_all_it_owns_and_nothing_of_another(
+    client: TestClient,
+    session: Session,
+    settings: Settings,
+    tenant_factory: Callable[..., TenantHandle],
+    admin_headers: dict[str, str],
+    create_classifier: Callable[..., httpx.Response],
+) -> None:
+    leaving, staying = tenant_factory(), tenant_factory()
+    _estate(client, leaving, create_classifier)
+    _estate(client, staying, create_classifier)
+    staying_rows = _rows_of(session, staying.id)
+    root = settings.resolved_artifacts_dir() / "tenants"
+    assert (root / leaving.id).is_dir()
+
+    reply = client.delete(f"/v1/admin/tenants/{leaving.id}", headers=admin_headers)
+
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"tenant_id": leaving.id, "classifiers": 2, "datasets": 2}
+    assert _rows_of(session, leaving.id) == {}
+    assert not (root / leaving.id).exists()
+    assert client.get("/v1/classifiers", headers=leaving.headers).status_code == 401
+    assert _rows_of(session, staying.id) == staying_rows
+    assert len(client.get("/v1/classifiers", headers=staying.headers).json()["classifiers"]) == 2
+    again = client.delete(f"/v1/admin/tenants/{leaving.id}", headers=admin_headers)
+    assert again.status_code == 404 and again.json()["description"] == f"tenant '{leaving.id}' not found"
+
+
+def test_a_deletion_cut_off_part_way_is_finished_by_the_same_request(
+    client: TestClient,
+    session: Session,
+    settings: Settings,
+    tenant: TenantHandle,
+    admin_headers: dict[str, str],
+    create_classifier: Callable[..., httpx.Response],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _estate(client, tenant, create_classifier)
+    real_delete = tenant_deletion.classifiers.delete_classifier
+    calls = 0
+
+    def crash_on_the_second(*args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("the API process died here")
+        real_delete(*args, **kwargs)
+
+    monkeypatch.setattr(tenant_deletion.classifiers, "delete_classifier", crash_on_the_second)
+    with pytest.raises(RuntimeError):
+        client.delete(f"/v1/admin/tenants/{tenant.id}", headers=admin_headers)
+    assert client.get("/v1/classifiers", headers=tenant.headers).status_code == 401  # keys went first
+    assert _rows_of(session, tenant.id)["classifiers"] == 1
+
+    monkeypatch.setattr(tenant_deletion.classifiers, "delete_classifier", real_delete)
+    reply = client.delete(f"/v1/admin/tenants/{tenant.id}", headers=admin_headers)
+
+    assert reply.status_code == 200 and reply.json()["classifiers"] == 1
+    assert _rows_of(session, tenant.id) == {}
+    assert not (settings.resolved_artifacts_dir() / "tenants" / tenant.id).exists()

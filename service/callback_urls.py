@@ -58,8 +58,15 @@ def check_callback_url(url: str, *, allow_private: bool) -> Destination:
         raise UnsafeCallback("has port 0")
     if parts.username is not None or parts.password is not None:
         raise UnsafeCallback("must not carry credentials")
+    # the host as DNS, the Host header and TLS's server name carry it: ASCII (IDNA), so that a
+    # host written in other characters ("bücher.de", full-width digits) sends a valid header;
+    # its Unicode form failed every delivery (httpx encodes headers as ASCII)
     try:
-        found = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+        host = parts.hostname.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise UnsafeCallback(f"host '{parts.hostname}' is not a valid host name") from None
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
         raise UnsafeCallback(f"host '{parts.hostname}' does not resolve") from None
     addresses = [ip_address(str(info[4][0]).split("%", 1)[0]) for info in found]
@@ -72,10 +79,11 @@ def check_callback_url(url: str, *, allow_private: bool) -> Destination:
                 )
     address = addresses[0]
     literal = f"[{address}]" if address.version == 6 else str(address)
+    named = f"[{host}]" if ":" in host else host
     return Destination(
         url=urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, "")),
-        host=parts.netloc,
-        server_name=parts.hostname if parts.scheme == "https" else None,
+        host=named if parts.port is None else f"{named}:{parts.port}",
+        server_name=host if parts.scheme == "https" else None,
     )
 
 

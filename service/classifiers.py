@@ -136,7 +136,6 @@ def delete_classifier(
     shown = jobs.shown_job(session, classifier)
     jobs.cancel_jobs(session, classifier.id, now=now)
     owned = versions.owned_datasets(session, classifier.id)
-    status_events.forget_delivered(session, classifier.id)
     hooks = (
         session.scalars(  # oldest first; without one, nobody could ever read the event
             select(TrainingJob.callback_url)
@@ -158,6 +157,9 @@ def delete_classifier(
             callback_url=callback_url,
             now=now,
         )
+    # after the deletion events: each follows the last event recorded, delivered ones included
+    # (forgotten first, a deletion could be dated before a change already delivered)
+    status_events.forget_delivered(session, classifier.id)
     session.execute(delete(Classifier).where(Classifier.id == classifier.id))
     for dataset in owned:
         session.execute(delete(Dataset).where(Dataset.id == dataset.id))

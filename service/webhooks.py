@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import ColumnElement, Update, and_, or_, select, update
+from sqlalchemy import ColumnElement, Update, and_, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -37,7 +37,15 @@ from service import webhook_slots
 from service.callback_urls import UnsafeCallback, check_callback_url
 from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
 from service.jobs import BackOff
-from service.models import Delivery, StatusEvent, Tenant, WebhookAttempt, new_webhook_secret, utcnow
+from service.models import (
+    Classifier,
+    Delivery,
+    StatusEvent,
+    Tenant,
+    WebhookAttempt,
+    new_webhook_secret,
+    utcnow,
+)
 from service.queue import enqueue_webhook
 from service.settings import Settings
 from service.status_events import event_body
@@ -108,12 +116,19 @@ def _attempt(
     session: Session, settings: Settings, event_id: str, started: datetime, hold: timedelta
 ) -> Attempted | None:
     claimed = session.execute(
-        _update_event(event_id, _due(started))
+        _update_event(event_id, _due(started), StatusEvent.attempts < settings.webhook_max_attempts)
         .values(attempts=StatusEvent.attempts + 1, next_attempt_at=started + hold)
         .returning(StatusEvent.attempts)
     ).one_or_none()
     if claimed is None:
-        session.rollback()
+        # due and at the cap: its last attempt was claimed but never recorded (a crash); given up
+        # here, where it was retried for ever past the cap
+        session.execute(
+            _update_event(
+                event_id, _due(started), StatusEvent.attempts >= settings.webhook_max_attempts
+            ).values(delivery=Delivery.FAILED.value, next_attempt_at=None)
+        )
+        session.commit()
         return None
     session.commit()
     found = session.execute(
@@ -136,9 +151,8 @@ def _put_off(
     by then, and doubles with each put-off up to ``webhook_timeout_seconds``, an attempt's
     longest; jittered, so a tenant's waiting events do not all come back at once. None if it is
     no longer due (delivered meanwhile)."""
-    wait = min(settings.webhook_timeout_seconds, _FIRST_PUT_OFF_SECONDS * 2**put_offs) * random.uniform(
-        0.5, 1.5
-    )
+    doubled = _FIRST_PUT_OFF_SECONDS * 2 ** min(put_offs, 32)  # 2**1024 overflowed a float
+    wait = min(settings.webhook_timeout_seconds, doubled) * random.uniform(0.5, 1.5)
     result = session.execute(
         _update_event(event_id, _due(now)).values(
             next_attempt_at=now + timedelta(seconds=wait), enqueued_at=now
@@ -203,7 +217,9 @@ def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | No
         return None, f"refused: callback_url {refused}"
     except TimeoutError:
         return None, f"TimeoutError: no reply within {settings.webhook_timeout_seconds:g} s"
-    except httpx.HTTPError as error:
+    except Exception as error:  # httpx's errors, and any other: an attempt, recorded and counted
+        if not isinstance(error, httpx.HTTPError):
+            log.exception("event %s: the attempt failed unexpectedly", event.id)
         return None, f"{type(error).__name__}: {error}"[:_EXCERPT_CHARS]
     if 200 <= status_code < 300:
         return status_code, None
@@ -227,6 +243,7 @@ async def _send(event: StatusEvent, body: bytes, signature: str, settings: Setti
         )
         headers = {
             "Host": target.host,
+            "Accept-Encoding": "identity",
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
             EVENT_ID_HEADER: event.id,
@@ -245,6 +262,8 @@ async def _send(event: StatusEvent, body: bytes, signature: str, settings: Setti
             )
             response = await client.send(request, stream=True)
             try:
+                if 200 <= response.status_code < 300:  # delivered; its body is never read
+                    return response.status_code, ""
                 return response.status_code, await _excerpt(response)
             finally:
                 await response.aclose()
@@ -259,13 +278,18 @@ def _trusted(ca_file: Path | None) -> ssl.SSLContext | bool:
 
 
 async def _excerpt(response: httpx.Response) -> str:
-    """The start of the reply, read no further than needed."""
+    """The start of the reply, read no further than needed, as sent: not decompressed (the
+    request asks for none), since httpx inflates each chunk whole, and 1.8 KB of a twice
+    gzipped reply took the webhook worker to 2.4 GB."""
     data = b""
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.aiter_raw():
         data += chunk
         if len(data) >= _EXCERPT_CHARS:
             break
-    return data.decode("utf-8", "replace")[:_EXCERPT_CHARS]
+    text = data.decode("utf-8", "replace")[:_EXCERPT_CHARS]
+    # unprintable characters shown as U+FFFD: PostgreSQL refuses a NUL in text, and the failed
+    # write lost the attempt (a binary or compressed refusal)
+    return "".join(ch if ch.isprintable() or ch in "\t\n" else "\ufffd" for ch in text)
 
 
 def _record(
@@ -303,6 +327,15 @@ def _record(
             next_attempt_at=state["next_attempt_at"],
         )
     )
+    if current and state["next_attempt_at"] is None:  # delivered or given up: done with it
+        # the last of a deleted classifier goes (status_events.forget_delivered dropped its others
+        # at the deletion); such events stayed for ever, and nothing can read them
+        session.execute(
+            delete(StatusEvent).where(
+                StatusEvent.id == event_id,
+                ~select(Classifier.id).where(Classifier.id == StatusEvent.classifier_id).exists(),
+            )
+        )
     try:
         session.commit()
     except IntegrityError:  # the classifier, and with it the event, was deleted

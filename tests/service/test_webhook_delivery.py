@@ -6,9 +6,11 @@ with the URL's host verified; and the relay that sends
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -196,6 +198,139 @@ def test_a_receiver_trickling_its_reply_is_cut_off_at_the_timeout(
     assert attempted.error == "TimeoutError: no reply within 1 s"
     assert attempted.retry_in == BACKOFF_SECONDS
     assert 0 < len(sent) < len(reply)  # hung up on mid-reply
+
+
+def _one_reply_server(
+    head: bytes, body: bytes = b"", hang: float = 0.0
+) -> tuple[socket.socket, threading.Thread]:
+    """A listener answering one request with ``head`` then ``body``, then holding the connection
+    ``hang`` seconds."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            try:
+                connection.sendall(head + body)
+                time.sleep(hang)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+def test_a_2xx_is_a_delivery_however_slowly_its_body_comes(
+    session: Session, settings: Settings, event_to: Callable[[str], StatusEvent]
+) -> None:
+    """The reply's body was read for every status: a 200 whose body never came was recorded as
+    "no reply within the timeout", four times, and the event given up."""
+    listener, thread = _one_reply_server(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", hang=5)
+    with listener:
+        event = event_to(f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
+        started = time.monotonic()
+        attempted = webhooks.deliver(session, settings, event.id)
+
+    assert attempted == webhooks.Attempted(1, 200, None, None)
+    assert time.monotonic() - started < settings.webhook_timeout_seconds
+    assert _event(session, event.id).delivery == Delivery.DELIVERED
+
+
+def test_a_compressed_refusal_is_kept_as_sent_not_inflated(
+    session: Session, settings: Settings, event_to: Callable[[str], StatusEvent]
+) -> None:
+    """httpx inflated each chunk whole: 1.8 KB of a twice gzipped reply took the shared webhook
+    worker to 2.4 GB. Here 64 MiB of zeros, gzipped twice (some 2 KB)."""
+    bomb = gzip.compress(gzip.compress(bytes(64 << 20)))
+    head = (
+        b"HTTP/1.1 500 Internal Server Error\r\nContent-Encoding: gzip, gzip\r\n"
+        + f"Content-Length: {len(bomb)}\r\n\r\n".encode()
+    )
+    listener, thread = _one_reply_server(head, bomb)
+    with listener:
+        event = event_to(f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
+        tracemalloc.start()
+        try:
+            attempted = webhooks.deliver(session, settings, event.id)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    assert attempted is not None and attempted.status_code == 500
+    assert attempted.error is not None and attempted.error.startswith("HTTP 500: ")
+    assert peak < 16 << 20
+
+
+def test_a_host_written_in_other_characters_is_sent_as_ascii(
+    session: Session, settings: Settings, event_to: Callable[[str], StatusEvent]
+) -> None:
+    """A callback URL's Unicode host (full-width digits here) went into the Host header as it
+    was: every attempt raised UnicodeEncodeError, none was recorded, and the event was retried
+    for ever past the cap."""
+    with running_receiver() as receiver:
+        port = receiver.url.split(":")[2].split("/")[0]
+        event = event_to(f"http://１２７.０.０.１:{port}/hooks/taas")
+
+        attempted = webhooks.deliver(session, settings, event.id)
+
+    assert attempted == webhooks.Attempted(1, 200, None, None)
+    [got] = receiver.all()
+    assert got.headers["Host"] == f"127.0.0.1:{port}"
+
+
+def test_an_event_due_at_the_cap_is_given_up_without_an_attempt(
+    session: Session, settings: Settings, event_to: Callable[[str], StatusEvent]
+) -> None:
+    """Its last attempt was claimed but never recorded: each sweep claimed it once more."""
+    with running_receiver() as receiver:
+        event = event_to(receiver.url)
+        session.execute(
+            update(StatusEvent)
+            .where(StatusEvent.id == event.id)
+            .values(attempts=settings.webhook_max_attempts)
+        )
+        session.commit()
+
+        assert webhooks.deliver(session, settings, event.id) is None
+
+    assert receiver.all() == []
+    stored = _event(session, event.id)
+    assert (stored.delivery, stored.attempts) == (Delivery.FAILED, settings.webhook_max_attempts)
+
+
+def test_the_last_event_of_a_deleted_classifier_goes_once_delivered(
+    client: TestClient,
+    tenant: TenantHandle,
+    session: Session,
+    settings: Settings,
+    event_to: Callable[[str], StatusEvent],
+) -> None:
+    """Delivered or given up, nothing can read it (the classifier's events listing is a 404):
+    such events stayed in the table for ever."""
+    with running_receiver() as receiver:
+        event = event_to(receiver.url)
+        assert client.delete(f"/v1/classifiers/{event.classifier_id}", headers=tenant.headers).is_success
+        session.rollback()
+        pending = session.scalars(
+            select(StatusEvent.id).where(StatusEvent.classifier_id == event.classifier_id)
+        ).all()
+
+        for event_id in pending:
+            assert webhooks.deliver(session, settings, event_id) is not None
+
+    assert len(receiver.all()) == 2
+    session.rollback()
+    assert (
+        session.scalars(select(StatusEvent).where(StatusEvent.classifier_id == event.classifier_id)).all()
+        == []
+    )
+
+
+def test_a_long_run_of_put_offs_waits_at_most_the_timeout(session: Session, settings: Settings) -> None:
+    """0.25 s x 2**1024 overflowed a float: the message was dropped with a traceback."""
+    assert webhooks._put_off(session, settings, "no-such-event", utcnow(), 1024) is None
 
 
 def test_a_callback_host_whose_lookup_hangs_is_cut_off_at_the_timeout(

@@ -170,13 +170,21 @@ def keep_dataset(session: Session, source: StagedDataset | Dataset) -> None:
     _lock_dataset(session, source.id, share=True)
 
 
-def _lock_dataset(session: Session, dataset_id: str, *, share: bool) -> None:
+def keep_dataset_if_there(session: Session, dataset_id: str) -> None:
+    """:func:`keep_dataset` for a dataset that may be gone already, which is no error: a promote
+    copies its version's dataset id into the classifier, and PostgreSQL's foreign-key check of
+    that write waited on a delete of the dataset, then failed (a 500)."""
+    _lock_dataset(session, dataset_id, share=True, missing_ok=True)
+
+
+def _lock_dataset(session: Session, dataset_id: str, *, share: bool, missing_ok: bool = False) -> None:
     """Lock the dataset's row until the transaction ends, FOR KEY SHARE or FOR UPDATE (on
-    SQLite the write lock); when a concurrent delete removed it, roll back and raise NotFound."""
+    SQLite the write lock); when a concurrent delete removed it, roll back and raise NotFound
+    (unless ``missing_ok``)."""
     hold_write_lock(session)
     query = select(Dataset.id).where(Dataset.id == dataset_id)
     locked = query.with_for_update(read=True, key_share=True) if share else query.with_for_update()
-    if session.scalar(locked) is None:
+    if session.scalar(locked) is None and not missing_ok:
         session.rollback()
         raise NotFound("dataset", dataset_id)
 

@@ -20,7 +20,13 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from service import jobs, status_events, version_view, webhooks
-from service.datasets import StagedDataset, add_dataset, keep_dataset, undone_on_failure
+from service.datasets import (
+    StagedDataset,
+    add_dataset,
+    keep_dataset,
+    keep_dataset_if_there,
+    undone_on_failure,
+)
 from service.errors import Conflict, NotFound
 from service.models import (
     Classifier,
@@ -164,9 +170,16 @@ def promote(
     """Make version ``number`` the serving one, atomically: the classifier's view (status,
     model, metrics, dataset) switches in one UPDATE. Promoting an older version is a rollback.
     NotFound, or Conflict unless the version is Available. The caller announces the tenant."""
+    dataset_id = session.scalar(
+        select(ClassifierVersion.dataset_id).where(
+            ClassifierVersion.classifier_id == classifier.id, ClassifierVersion.number == number
+        )
+    )
+    if dataset_id is not None:  # before the classifier's lock: the order every transaction keeps
+        keep_dataset_if_there(session, dataset_id)
     jobs.lock_existing_classifier(session, classifier.id)
     session.refresh(classifier)
-    version = get_version(session, classifier, number)
+    version = get_version(session, classifier, number)  # its dataset id is still that one, or None
     if version.status != ClassifierStatus.AVAILABLE.value or not version.model_dir:
         session.rollback()
         raise Conflict(

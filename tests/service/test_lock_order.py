@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session
 
 from service import jobs
@@ -243,3 +243,50 @@ def test_two_rotations_that_revoke_the_others_leave_one_key(
             k for k in issued if client.get("/v1/classifiers", headers={"X-API-Key": k}).status_code == 200
         ]
         assert len(working) == 1
+
+
+def test_a_promote_while_its_versions_dataset_is_deleted_serves_it_without_one(
+    client: TestClient,
+    tenant: TenantHandle,
+    session: Session,
+    engine: Engine,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> None:
+    """The promote copies the version's dataset id into the classifier: on PostgreSQL its
+    foreign-key check waited on the dataset's delete, then failed (a 500). Forced here: the
+    delete holds the dataset's row while the promote starts, and commits after."""
+    datasets = [
+        client.post(
+            "/v1/datasets?name=d",
+            content=b"text,label\nhot,t\ncold,t\nrain,c\n",
+            headers={**tenant.headers, "content-type": "text/csv"},
+        ).json()["dataset_id"]
+        for _ in range(2)
+    ]
+    cid = client.post(
+        "/v1/classifiers", json={"name": "c", "dataset_id": datasets[0]}, headers=tenant.headers
+    ).json()["classifier_id"]
+    make_available(session, store, tenant.id, cid, tiny_model)
+    versions = f"/v1/classifiers/{cid}/versions"
+    assert client.post(versions, json={"dataset_id": datasets[1]}, headers=tenant.headers).status_code == 201
+    make_available(session, store, tenant.id, cid, tiny_model, version=2)
+    assert client.get(f"/v1/classifiers/{cid}", headers=tenant.headers).json()["serving_version"] == 2
+
+    with session_factory(engine)() as deleter:
+        deleter.execute(
+            select(Dataset.id).where(Dataset.id == datasets[0]).with_for_update()
+        )  # delete_dataset's
+        promoted: list[Any] = []
+        promoter = threading.Thread(
+            target=lambda: promoted.append(client.post(f"{versions}/1/promote", headers=tenant.headers))
+        )
+        promoter.start()
+        promoter.join(1.0)  # waits on the row (PostgreSQL); on SQLite on the write lock held above
+        deleter.execute(delete(Dataset).where(Dataset.id == datasets[0]))
+        deleter.commit()
+    promoter.join(30)
+
+    assert _status(promoted[0]) == 200, promoted
+    shown = client.get(f"/v1/classifiers/{cid}", headers=tenant.headers).json()
+    assert shown["serving_version"] == 1

@@ -250,6 +250,7 @@ def delete_version(
             "serves yet; delete the classifier instead"
         )
     job = jobs.version_job(session, classifier.id, number)
+    model_dir = version.model_dir
     jobs.cancel_version_jobs(session, classifier.id, number, now=now)
     status_events.record_deleted(
         session,
@@ -273,7 +274,14 @@ def delete_version(
     if owned is not None:
         session.execute(delete(Dataset).where(Dataset.id == owned.id))
     session.commit()
-    store.delete_tree(store.version_dir(classifier.tenant_id, classifier.id, number))
+    folder = store.version_dir(classifier.tenant_id, classifier.id, number)
+    store.delete_tree(folder)
+    if model_dir is not None and not store.resolve(model_dir).is_relative_to(folder):
+        # a version 1 trained before versions existed: migration 0005 left its model and
+        # checkpoints where they were, in the classifier's folder, and they stayed for ever
+        legacy = store.classifier_dir(classifier.tenant_id, classifier.id)
+        store.delete_tree(legacy / "model")
+        store.delete_tree(legacy / "checkpoints")
     if owned is not None:
         store.delete_file(store.resolve(owned.path))
     webhooks.send_new_events(session, settings, classifier.id)

@@ -4,6 +4,7 @@ export, quotas; the job state machine moves the versions (``tests.service.helper
 from __future__ import annotations
 
 import io
+import shutil
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from service import jobs
@@ -289,6 +290,38 @@ def test_deleting_versions(
     assert [(v["version"], v["serving"]) for v in listed["versions"]] == [(3, True)]
     assert not store.version_dir(tenant.id, available, 1).exists()
     assert client.delete(f"/v1/classifiers/{available}/versions/1", headers=tenant.headers).status_code == 404
+
+
+def test_deleting_a_version_1_from_before_versions_removes_its_files(
+    client: TestClient,
+    tenant: TenantHandle,
+    create_classifier: Callable[..., httpx.Response],
+    new_version: Callable[..., httpx.Response],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> None:
+    """Migration 0005 left a version 1's model and checkpoints in the classifier's folder
+    (``model/epoch-N``, ``checkpoints/``), where deleting the version never looked."""
+    cid = create_classifier(tenant).json()["classifier_id"]
+    legacy = store.classifier_dir(tenant.id, cid)
+    shutil.copytree(tiny_model, legacy / "model" / "epoch-1")
+    (legacy / "checkpoints").mkdir()
+    (legacy / "checkpoints" / "ckpt-00000010.pt").write_bytes(b"state")
+    make_available(session, store, tenant.id, cid, tiny_model)
+    session.execute(
+        update(ClassifierVersion)
+        .where(ClassifierVersion.classifier_id == cid)
+        .values(model_dir=store.relative(legacy / "model" / "epoch-1"))
+    )
+    session.commit()
+    assert new_version(tenant, cid).status_code == 201
+    make_available(session, store, tenant.id, cid, tiny_model, version=2)
+
+    assert client.delete(f"/v1/classifiers/{cid}/versions/1", headers=tenant.headers).status_code == 200
+
+    assert not (legacy / "model").exists() and not (legacy / "checkpoints").exists()
+    assert store.version_dir(tenant.id, cid, 2).is_dir()
 
 
 def test_the_newest_version_cannot_be_deleted_while_none_serves(

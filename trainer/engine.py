@@ -71,7 +71,7 @@ from trainer.ps.learner import ShardData
 from trainer.ps.pool import InProcessPool, ProcessPool, RoundResult, SuspectState
 from trainer.ps.server import OptimizerConfig, ParameterServer
 from trainer.ps.stripes import default_stripes
-from trainer.step import DataCursor, TextClassifierTask, model_parameters, multi_label_loss
+from trainer.step import DataCursor, TextClassifierTask, epoch_updates, model_parameters, multi_label_loss
 
 log = logging.getLogger(__name__)
 
@@ -685,7 +685,8 @@ class _Session:
         self.reporter = ProgressReporter(
             on_progress,
             hparams.progress_every_seconds,
-            prepared.max_epochs * prepared.steps_per_epoch,
+            prepared.max_epochs
+            * epoch_updates(len(prepared.train_targets), len(state.positions), hparams.batch_size),
             prepared.max_epochs,
             len(state.positions),
         )

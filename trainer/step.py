@@ -10,6 +10,7 @@ apply role does. ``DataCursor`` is a learner's place in its data.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -41,6 +42,13 @@ class DataCursor:
     def as_dict(self) -> dict[str, int]:
         """Plain dict for a checkpoint."""
         return asdict(self)
+
+
+def epoch_updates(rows: int, learners: int, batch_size: int) -> int:
+    """The updates one epoch makes: each learner's ceil(shard / batch), its shard every
+    ``learners``-th row (:meth:`DataCursor.shard`). K learners may make up to K - 1 more than
+    ceil(rows / batch): the progress reports counted past their total (22,520 of 22,500)."""
+    return sum(math.ceil(len(range(rank, rows, learners)) / batch_size) for rank in range(learners))
 
 
 @dataclass(frozen=True)

@@ -188,6 +188,25 @@ def test_two_learners_train_long_texts_of_a_small_vocabulary(tmp_path: Path, fix
     assert result.applied_updates == planned_updates(len(data), fixed_plan, 2)
 
 
+def test_the_progress_total_is_the_updates_the_learners_make(tmp_path: Path, fixed_plan: HParams) -> None:
+    """Three shards of 40 rows take 4 + 4 + 4 batches of 4 an epoch, not ceil(40 / 4) = 10:
+    the reports counted past their total (22,520 of 22,500 on 20,000 rows)."""
+    data = LabelledData([f"text {i} {'aaa' if i % 2 else 'bbb'}" for i in range(40)], ["A", "B"] * 20)
+    seen: list[Progress] = []
+
+    result = train(
+        data,
+        workdir=tmp_path / "w",
+        out_dir=tmp_path / "m",
+        hparams=dataclasses.replace(fixed_plan, cross_fit_folds=0),
+        learners=3,
+        on_progress=seen.append,
+    )
+
+    assert result.applied_updates == planned_updates(40, fixed_plan, 3) == fixed_plan.max_epochs * 12
+    assert {p.total_steps for p in seen if p.phase == "training"} == {result.applied_updates}
+
+
 def test_zero_learners_means_one_per_core_unless_the_data_is_too_small() -> None:
     cores = len(os.sched_getaffinity(0))
     assert default_learners() == cores

@@ -13,6 +13,9 @@ Every ``reconcile_every_seconds`` (sooner when a back-off ends before that), one
    is harmless: claiming is a compare-and-set, and a worker that finds nothing returns.
 3. **Staging sweep** — staging files untouched for ``temp_max_age_seconds`` (an upload cut off
    by an API crash) are deleted.
+4. **Unrecorded files** — every ``temp_max_age_seconds``, stored files and folders that no row
+   records and nothing touched for as long (a crash between storing a file and committing its
+   row) are deleted (:mod:`workers.unrecorded`).
 
 Every write goes through :mod:`service.jobs` compare-and-sets, so any number of reconcilers
 may run at once (one per `taas up`, or one per deployment). ``python -m workers.reconciler``
@@ -26,6 +29,7 @@ import json
 import logging
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -39,6 +43,7 @@ from service.jobs import BackOff, expired_jobs, jobs_to_send, mark_enqueued, nex
 from service.queue import TRAINING_QUEUE, enqueue_training
 from service.settings import Settings, get_settings
 from service.store import ArtifactStore
+from workers.unrecorded import sweep_unrecorded
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +117,21 @@ def run_forever(settings: Settings, stop: threading.Event) -> None:
     """Run passes until ``stop`` is set; a failed pass (database down) is logged and retried."""
     engine = make_engine(settings)
     sessions = session_factory(engine)
+    store = ArtifactStore(settings.resolved_artifacts_dir())
+    next_unrecorded_sweep = time.monotonic()
     try:
         while not stop.is_set():
             now = datetime.now(UTC)
             wait = settings.reconcile_every_seconds
             try:
                 reconcile_once(settings, sessions, now=now)
+                if time.monotonic() >= next_unrecorded_sweep:
+                    next_unrecorded_sweep = time.monotonic() + settings.temp_max_age_seconds
+                    try:
+                        with sessions() as session:
+                            sweep_unrecorded(session, store, settings.temp_max_age_seconds)
+                    except (OSError, SQLAlchemyError):  # housekeeping: the next sweep tries again
+                        log.exception("reconciler: the sweep of unrecorded files failed")
                 with sessions() as session:
                     soonest = next_not_before(session, now=now)
                 if soonest is not None:

@@ -19,6 +19,7 @@ from service.settings import Settings
 from service.store import ArtifactStore
 from tests.conftest import empty_redis_db, redis_test_url
 from workers.reconciler import queued_job_ids, reconcile_once
+from workers.unrecorded import sweep_unrecorded
 
 pytestmark = pytest.mark.integration
 
@@ -96,3 +97,43 @@ def test_pass_sweeps_staging_files_older_than_the_limit(
 
     assert report.swept == 1
     assert not old.exists() and fresh.exists()
+
+
+def _age(path: Path, seconds: float) -> None:
+    """Make ``path`` and everything in it look untouched for ``seconds``."""
+    then = datetime.now(UTC).timestamp() - seconds
+    for inner in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.utime(inner, (then, then))
+
+
+def test_files_no_row_records_are_swept_once_old_and_recorded_ones_never(
+    session: Session,
+    worker_settings: Settings,
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+) -> None:
+    """A crash between storing a file and committing its row left it for ever: a dataset's CSV,
+    an imported classifier's folder, a deleted tenant's folder."""
+    kept = queue_job(intents_csv)
+    store = ArtifactStore(worker_settings.resolved_artifacts_dir())
+    tenant = store.root / "tenants" / kept.tenant_id
+    recorded = sorted(p for p in tenant.rglob("*") if p.is_file())
+    unrecorded_csv = tenant / "datasets" / "0b8d9f06-1c1e-4a39-9d6b-3f2a0c6c1a11.csv"
+    unrecorded_csv.write_text("text,label\na,b\n")
+    unrecorded_model = tenant / "classifiers" / "5d1c7a7e-2b0e-4a54-8a55-0f6c6f0c9b22" / "versions" / "1"
+    unrecorded_model.mkdir(parents=True)
+    (unrecorded_model / "weights.pt").write_bytes(b"w")
+    gone_tenant = store.root / "tenants" / "7f3e2d1c-0b9a-4877-8665-544332211000"
+    (gone_tenant / "datasets").mkdir(parents=True)
+    (gone_tenant / "datasets" / "x.csv").write_text("text,label\n")
+    fresh = tenant / "datasets" / "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d.csv"  # its commit may be on its way
+    for path in (tenant, gone_tenant):
+        _age(path, 7200)
+    fresh.write_text("text,label\nc,d\n")
+
+    swept = sweep_unrecorded(session, store, 3600)
+
+    assert swept == 3
+    assert not unrecorded_csv.exists() and not unrecorded_model.parent.parent.exists()
+    assert not gone_tenant.exists() and fresh.exists()
+    assert sorted(p for p in tenant.rglob("*") if p.is_file() and p != fresh) == recorded

@@ -1,0 +1,92 @@
+"""The reconciler's sweep of stored files that no row records: what a crash left in the store.
+
+Files go into their final place before the transaction that records them commits (a row never
+names a missing file), so an API process killed in between (a SIGKILL, an OOM kill, the end of
+the shutdown grace while it waited on a lock) leaves a dataset's CSV, or an imported bundle's
+classifier folder, that nothing records and nothing would ever remove; so does a tenant
+deletion cut off between its row and its folder. Every ``temp_max_age_seconds`` the
+reconciler walks ``tenants/`` of its artifact root and removes, here and on the remote store:
+
+* a tenant's folder, when no tenant has its id;
+* a ``datasets/<id>.csv`` that no dataset of the tenant has;
+* a ``classifiers/<id>/`` folder that no classifier of the tenant has;
+
+each only when nothing in it changed for ``temp_max_age_seconds``, far longer than any upload
+waits for its commit. Only what this node's root holds is seen: with S3, a file whose local
+copy was dropped stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import Classifier, Dataset, Tenant
+from service.store import ArtifactStore
+
+log = logging.getLogger(__name__)
+
+
+def sweep_unrecorded(session: Session, store: ArtifactStore, max_age_seconds: float) -> int:
+    """Remove what no row records and nothing touched for ``max_age_seconds`` (see the module
+    docstring); returns how many files and folders went."""
+    tenants = store.root / "tenants"
+    if not tenants.is_dir():
+        return 0
+    cutoff = time.time() - max_age_seconds
+    swept: list[Path] = []
+    for folder in sorted(tenants.iterdir()):
+        if session.get(Tenant, folder.name) is None:
+            swept += _remove(store, [folder], cutoff)
+            continue
+        datasets = set(session.scalars(select(Dataset.id).where(Dataset.tenant_id == folder.name)))
+        swept += _remove(
+            store,
+            [f for f in _entries(folder / "datasets") if f.suffix == ".csv" and f.stem not in datasets],
+            cutoff,
+        )
+        classifiers = set(session.scalars(select(Classifier.id).where(Classifier.tenant_id == folder.name)))
+        swept += _remove(
+            store, [d for d in _entries(folder / "classifiers") if d.name not in classifiers], cutoff
+        )
+    session.rollback()
+    if swept:
+        log.info("reconciler: removed %d stored file(s) or folder(s) no row records: %s", len(swept), swept)
+    return len(swept)
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+def _remove(store: ArtifactStore, paths: list[Path], cutoff: float) -> list[Path]:
+    """Those of ``paths`` whose newest change is before ``cutoff``, removed."""
+    removed = []
+    for path in paths:
+        try:
+            if _last_change(path) >= cutoff:
+                continue
+        except FileNotFoundError:  # another sweeper, or its owner, removed it meanwhile
+            continue
+        if path.is_dir():
+            store.delete_tree(path)
+        else:
+            store.delete_file(path)
+        removed.append(path)
+    return removed
+
+
+def _last_change(path: Path) -> float:
+    """The newest modification time of ``path`` and, for a folder, of anything inside it."""
+    newest = path.lstat().st_mtime
+    if path.is_dir() and not path.is_symlink():
+        for inner in path.rglob("*"):
+            try:
+                newest = max(newest, inner.lstat().st_mtime)
+            except FileNotFoundError:
+                continue
+    return newest

@@ -8,7 +8,7 @@ deletion cut off between its row and its folder. Every ``temp_max_age_seconds`` 
 reconciler walks ``tenants/`` of its artifact root and removes, here and on the remote store:
 
 * a tenant's folder, when no tenant has its id;
-* a ``datasets/<id>.csv`` that no dataset of the tenant has;
+* a file in its ``datasets/`` that no dataset of the tenant has as its path;
 * a ``classifiers/<id>/`` folder that no classifier of the tenant has;
 
 each only when nothing in it changed for ``temp_max_age_seconds``, far longer than any upload
@@ -43,11 +43,9 @@ def sweep_unrecorded(session: Session, store: ArtifactStore, max_age_seconds: fl
         if session.get(Tenant, folder.name) is None:
             swept += _remove(store, [folder], cutoff)
             continue
-        datasets = set(session.scalars(select(Dataset.id).where(Dataset.tenant_id == folder.name)))
+        recorded = set(session.scalars(select(Dataset.path).where(Dataset.tenant_id == folder.name)))
         swept += _remove(
-            store,
-            [f for f in _entries(folder / "datasets") if f.suffix == ".csv" and f.stem not in datasets],
-            cutoff,
+            store, [f for f in _entries(folder / "datasets") if store.relative(f) not in recorded], cutoff
         )
         classifiers = set(session.scalars(select(Classifier.id).where(Classifier.tenant_id == folder.name)))
         swept += _remove(

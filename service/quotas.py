@@ -27,7 +27,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.errors import BadRequest, QuotaExceeded
+from service.errors import BadRequest, NotFound, QuotaExceeded, Unauthorized
 from service.models import Classifier, ClassifierVersion, Dataset, JobState, TenantQuota, TrainingJob
 from service.settings import Settings
 from service.tenancy import lock_tenant, require_tenant
@@ -180,7 +180,10 @@ def check_can_store_dataset(
 
 
 def _locked(session: Session, settings: Settings, tenant_id: str) -> tuple[Quotas, Usage]:
-    lock_tenant(session, tenant_id)
+    try:
+        lock_tenant(session, tenant_id)
+    except NotFound:  # the caller's tenant was deleted since its key was checked
+        raise Unauthorized("the API key is unknown or revoked") from None
     return quotas_for(session, settings, tenant_id), usage(session, tenant_id)
 
 

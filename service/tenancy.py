@@ -188,9 +188,14 @@ def lock_tenant(session: Session, tenant_id: str) -> None:
     """Lock the tenant's row for the rest of the transaction, so that checks of what the tenant
     holds (quotas, keys) and the changes made on them are serialised per tenant. FOR NO KEY
     UPDATE does not block inserts that merely reference the tenant (those take KEY SHARE);
-    SQLite ignores it and is serialised by its one write lock instead."""
+    SQLite ignores it and is serialised by its one write lock instead. When the tenant was
+    deleted meanwhile, roll back and raise NotFound (an upload that a deletion overtook went on
+    to insert its dataset, and the foreign key failed it: a 500)."""
     hold_write_lock(session)
-    session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True))
+    locked = select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True)
+    if session.scalar(locked) is None:
+        session.rollback()
+        raise NotFound("tenant", tenant_id)
 
 
 def _add_key(session: Session, tenant_id: str, now: datetime) -> IssuedKey:

@@ -9,9 +9,11 @@ the same request the way to finish it:
 2. each classifier goes as ``DELETE /v1/classifiers/{id}`` takes it, its trainings cancelled
    (a worker stops at its next fenced write), its rows and its files, but without status
    events: the tenant's receivers are not told of a deletion of the tenant itself;
-3. the tenant's row goes, and with it (ON DELETE CASCADE) its datasets, keys, status events
-   and quota overrides;
-4. its folder in the artifact store goes: datasets, and whatever a crash left unrecorded.
+3. its folder in the artifact store goes: datasets, and whatever a crash left unrecorded;
+4. the tenant's row goes, and with it (ON DELETE CASCADE) its datasets, keys, status events
+   and quota overrides; then the folder once more, for what a request the deletion overtook
+   wrote meanwhile (the reconciler removes a tenant's folder left without its row too,
+   workers/unrecorded.py).
 """
 
 from __future__ import annotations
@@ -52,9 +54,9 @@ def delete_tenant(
     docstring for the order), calling ``keys_revoked`` once its keys are (the caller tells the
     API replicas). NotFound when there is no such tenant."""
     tenancy.require_tenant(session, tenant_id)
-    datasets = session.scalar(select(func.count()).where(Dataset.tenant_id == tenant_id)) or 0
     tenancy.revoke_all_keys(session, tenant_id, now=now)
     keys_revoked()
+    datasets = session.scalar(select(func.count()).where(Dataset.tenant_id == tenant_id)) or 0
     deleted = []
     for classifier_id in session.scalars(
         select(Classifier.id).where(Classifier.tenant_id == tenant_id).order_by(Classifier.id)
@@ -67,6 +69,10 @@ def delete_tenant(
         except NotFound:  # a concurrent delete took it first
             continue
         deleted.append(classifier_id)
+    # the folder before the row, which stays the mark a repeated request finishes from (after
+    # the row, a crash between the two left the folder, and the repeat was a 404); and again
+    # after, for what a request the deletion overtook wrote meanwhile
+    store.delete_tenant(tenant_id)
     session.execute(delete(Tenant).where(Tenant.id == tenant_id))
     session.commit()
     store.delete_tenant(tenant_id)

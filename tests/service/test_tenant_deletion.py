@@ -12,9 +12,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service import tenant_deletion
+from service import quotas, tenant_deletion
+from service.errors import Unauthorized
 from service.models import Base, Tenant
 from service.settings import Settings
+from service.store import ArtifactStore
 from tests.conftest import TenantHandle
 
 DATASET = b"text,label\nhot today,weather\ncold rain,weather\nplay jazz,music\nplay rock,music\n"
@@ -106,3 +108,46 @@ def test_a_deletion_cut_off_part_way_is_finished_by_the_same_request(
     assert reply.status_code == 200 and reply.json()["classifiers"] == 1
     assert _rows_of(session, tenant.id) == {}
     assert not (settings.resolved_artifacts_dir() / "tenants" / tenant.id).exists()
+
+
+def test_a_deletion_that_fails_at_the_folder_is_finished_by_the_same_request(
+    client: TestClient,
+    session: Session,
+    settings: Settings,
+    tenant: TenantHandle,
+    admin_headers: dict[str, str],
+    create_classifier: Callable[..., httpx.Response],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The folder went after the row: a remote store's error (or a crash) between the two left
+    the folder for good, and the repeated DELETE was a 404."""
+    _estate(client, tenant, create_classifier)
+
+    def store_down(*_: Any) -> None:
+        raise OSError("the object store is unreachable")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ArtifactStore, "delete_tenant", store_down)
+        with pytest.raises(OSError):
+            client.delete(f"/v1/admin/tenants/{tenant.id}", headers=admin_headers)
+    assert "classifiers" not in _rows_of(session, tenant.id)  # each classifier went, the row stayed
+    assert client.get("/v1/classifiers", headers=tenant.headers).status_code == 401
+
+    assert client.delete(f"/v1/admin/tenants/{tenant.id}", headers=admin_headers).status_code == 200
+    assert _rows_of(session, tenant.id) == {}
+    assert not (settings.resolved_artifacts_dir() / "tenants" / tenant.id).exists()
+
+
+def test_a_write_the_deletion_overtook_is_refused_as_an_unknown_key(
+    client: TestClient,
+    session: Session,
+    settings: Settings,
+    tenant: TenantHandle,
+    admin_headers: dict[str, str],
+) -> None:
+    """An upload authenticated before the deletion went on to insert its dataset, and the
+    foreign key failed it (a 500)."""
+    assert client.delete(f"/v1/admin/tenants/{tenant.id}", headers=admin_headers).status_code == 200
+
+    with pytest.raises(Unauthorized, match="the API key is unknown or revoked"):
+        quotas.check_can_store_dataset(session, settings, tenant.id, size_bytes=10, rows=1)

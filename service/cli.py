@@ -195,6 +195,16 @@ class _Child:
         )
 
 
+def _tell(message: str) -> None:
+    """A supervisor's line on stderr. It goes on supervising when the line cannot be written:
+    with stderr in a file on a full disk, the OSError of a child's exit line ended `taas up`,
+    and every process with it."""
+    try:
+        typer.echo(message, err=True)
+    except OSError:
+        pass
+
+
 class _Supervisor:
     """Starts the children of ``taas up``, watches them, and stops them all in order."""
 
@@ -217,7 +227,7 @@ class _Supervisor:
         child = _Child(role, argv, env)
         child.spawn()
         self.children.append(child)
-        typer.echo(f"started {role} (pid {child.process.pid})", err=True)
+        _tell(f"started {role} (pid {child.process.pid})")
         return child
 
     def start_redis(self, redis_dir: Path) -> str:
@@ -277,21 +287,21 @@ class _Supervisor:
                 code = child.process.poll()
                 if code is None:
                     continue
-                typer.echo(f"{child.role} (pid {child.process.pid}) exited with status {code}", err=True)
+                _tell(f"{child.role} (pid {child.process.pid}) exited with status {code}")
                 if not self._restart(child):
                     return 1
             time.sleep(0.2)
-        typer.echo(f"received {signal.Signals(self.stop_signal).name}, stopping", err=True)
+        _tell(f"received {signal.Signals(self.stop_signal).name}, stopping")
         return 0
 
     def _restart(self, child: _Child) -> bool:
         now = time.monotonic()
         child.exits = [t for t in child.exits if now - t < 60.0] + [now]
         if len(child.exits) > _RESTARTS_PER_MINUTE:
-            typer.echo(f"{child.role} keeps exiting; giving up", err=True)
+            _tell(f"{child.role} keeps exiting; giving up")
             return False
         child.spawn()
-        typer.echo(f"restarted {child.role} (pid {child.process.pid})", err=True)
+        _tell(f"restarted {child.role} (pid {child.process.pid})")
         return True
 
     def stop_all(self) -> None:

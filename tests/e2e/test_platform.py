@@ -4,7 +4,12 @@ SIGTERM and a second `taas up` on the same data dir carries on."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +18,7 @@ import httpx
 import pytest
 
 from benchmarks import chaos
+from tests.processes import command_line, descendants
 
 pytestmark = pytest.mark.e2e
 
@@ -138,3 +144,44 @@ def test_job_training_at_sigterm_checkpoints_and_the_next_up_resumes_it(
         info, _ = wait_available(client, classifier_id, wait_until)
     assert info["progress"]["attempts"] == 2
     assert info["progress"]["resumed"] >= 1
+
+
+def test_the_supervisor_keeps_supervising_when_its_stderr_cannot_be_written(tmp_path: Path) -> None:
+    """With stderr in a file on a full disk, the OSError of a child's exit line ended `taas up`
+    and every process with it. Here stderr is a pipe whose reader has gone (EPIPE)."""
+    port = chaos.free_port()
+    taas = str(Path(sys.executable).with_name("taas"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAAS_")}
+    up = subprocess.Popen(
+        [taas, "up", "--port", str(port), "--data-dir", str(tmp_path / "var")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert up.stdout is not None and up.stderr is not None
+        for line in up.stdout:
+            if b"taas is up" in line:
+                break
+        up.stderr.close()  # the next line the supervisor writes there fails
+        [worker] = [
+            p for p in descendants(up.pid) if command_line(p).split()[-3:] == ["-m", "workers", "--quiet"]
+        ]
+
+        os.kill(worker, signal.SIGKILL)
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            restarted = [
+                p for p in descendants(up.pid) if command_line(p).split()[-3:] == ["-m", "workers", "--quiet"]
+            ]
+            if restarted and restarted != [worker]:
+                break
+            assert up.poll() is None, "taas up died"
+            time.sleep(0.2)
+        else:
+            pytest.fail("the killed worker was not restarted")
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/classifiers").status_code == 401
+    finally:
+        up.terminate()
+        up.wait(timeout=90)

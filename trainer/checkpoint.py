@@ -52,14 +52,19 @@ def write_atomic(path: Path, payload: bytes) -> None:
     """Replace ``path`` with ``payload`` atomically and durably.
 
     Temp file in the same directory, flush, fsync, os.replace, then fsync the directory so
-    the rename itself survives a power cut.
+    the rename itself survives a power cut. A write that fails (a full disk) removes its temp
+    file: left, it held the last free space, and the failed attempt could not even be recorded.
     """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 

@@ -58,3 +58,17 @@ def test_a_leftover_temp_file_is_never_read(tmp_path: Path) -> None:
     ckpt.save(tmp_path, _state(3))
     (tmp_path / "ckpt-000000000004.pt.tmp").write_bytes(b"half written")
     assert ckpt.load_latest(tmp_path)[ckpt.VERSION] == 3  # type: ignore[index]
+
+
+def test_a_write_that_fails_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint write that hit a full disk left its partial ``.tmp``, which held the last
+    free space: the failed attempt could not even be recorded."""
+
+    def disk_full(_: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        ckpt.write_atomic(tmp_path / "ckpt-000000000300.pt", b"x" * 4096)
+
+    assert list(tmp_path.iterdir()) == []

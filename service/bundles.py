@@ -102,6 +102,8 @@ def import_bundle(
             loaded = LoadedModel.load(staging)  # its tensors load and fit its configs
         except (BundleInvalid, CheckpointCorrupt) as exc:  # named by its files, not the staging folder's path
             raise BadRequest(BUNDLE_FIELD, str(exc).replace(f"{staging}: ", "")) from None
+        except OSError as exc:  # the staging folder's disk is full, say: a 500 before
+            raise unavailable(STORE_REFUSED, exc) from exc
         if (problem := class_names_problem(loaded.labels, Limits.from_settings(settings))) is not None:
             raise BadRequest(BUNDLE_FIELD, f"model.json: {problem}")
         about = extracted.about

@@ -52,6 +52,9 @@ def stage_upload(
     temp = store.temp_path(".csv")
     try:
         summary = convert(upload, temp, fmt, limits)
+    except OSError as exc:  # the staging folder's disk is full, say: a 500 before
+        temp.unlink(missing_ok=True)
+        raise unavailable(STORE_REFUSED, exc) from exc
     except BaseException:
         temp.unlink(missing_ok=True)
         raise

@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import BadRequest, PayloadTooLarge, RequestTimeout
+from service.datasets import STORE_REFUSED
+from service.errors import BadRequest, PayloadTooLarge, RequestTimeout, unavailable
 from service.store import ArtifactStore
 
 SMALL_PART_BYTES = 64 * 1024  # metadata and name fields
@@ -58,6 +59,9 @@ async def read_upload(request: Request, store: ArtifactStore, limit: int, spool:
             with open(path, "wb") as out:
                 async for chunk in _limited_stream(request, limit):
                     out.write(chunk)
+    except OSError as exc:  # the staging folder's disk is full, say: a 500 before
+        upload.discard()
+        raise unavailable(STORE_REFUSED, exc) from exc
     except BaseException:
         upload.discard()
         raise

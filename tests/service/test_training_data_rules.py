@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,6 +12,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from service.settings import TRAINER_MAX_TEXT_CHARS, Settings
+from service.store import ArtifactStore
 from trainer.data import MAX_TEXT_CHARS, read_labelled_csv
 
 GOOD = "good text,a\nother text,b\n"
@@ -304,3 +306,47 @@ def test_the_text_limit_cannot_be_set_past_the_trainers() -> None:
     assert TRAINER_MAX_TEXT_CHARS == MAX_TEXT_CHARS
     with pytest.raises(ValidationError, match="max_text_chars"):
         Settings(max_text_chars=MAX_TEXT_CHARS + 1)
+
+
+@pytest.mark.parametrize(
+    ("route", "full_from"),
+    [("dataset", 0), ("nlc", 0), ("dataset", 1)],
+    ids=["raw", "multipart", "conversion"],
+)
+def test_an_upload_onto_a_full_disk_is_503_and_leaves_nothing(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., httpx.Response],
+    nothing_left_behind: Callable[[str], None],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    route: str,
+    full_from: int,
+) -> None:
+    """Staging files on a full disk: the spooled body (``full_from`` 0) or the converted CSV (1)
+    is written to /dev/full, whose writes fail with ENOSPC as a full disk's do. Both were 500s."""
+    real_temp_path = ArtifactStore.temp_path
+    calls = 0
+
+    def staging(store: ArtifactStore, suffix: str = "") -> Path:
+        nonlocal calls
+        calls += 1
+        if calls <= full_from:
+            return real_temp_path(store, suffix)
+        full = tmp_path / f"full-{calls}{suffix}"
+        full.symlink_to("/dev/full")
+        return full
+
+    monkeypatch.setattr(ArtifactStore, "temp_path", staging)
+    if route == "dataset":
+        reply = client.post(
+            "/v1/datasets",
+            content=b"text,label\na,x\nb,y\n",
+            headers={**tenant.headers, "content-type": "text/csv"},
+        )
+    else:
+        reply = create_classifier(tenant)
+
+    assert reply.status_code == 503, reply.text
+    assert reply.json()["description"].startswith("the artifact store could not store the upload")
+    nothing_left_behind(tenant.id)

@@ -12,12 +12,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from service.errors import RateLimited, TaasError, Unauthorized, new_incident
+from service.errors import RateLimited, TaasError, Unauthorized, new_incident, unavailable
 
 log = logging.getLogger(__name__)
 WWW_AUTHENTICATE = 'Basic realm="taas", Bearer realm="taas"'
@@ -42,6 +43,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(ClientDisconnect, _client_left)
     app.add_exception_handler(PoolTimeout, _pool_exhausted)
+    app.add_exception_handler(DBAPIError, _database_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
 
 
@@ -113,6 +115,14 @@ async def _pool_exhausted(request: Request, _exc: Exception) -> JSONResponse:
     """Every database connection stayed busy past the pool's timeout: overload, so retry later."""
     log.warning("no database connection free for %s %s: answered 503", request.method, request.url.path)
     return nlc_error(503, "the service is overloaded; retry shortly", {"Retry-After": "5"})
+
+
+async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
+    """A database with no space left is a 503 naming that (the operator's to fix, and every
+    write a 500 before); any other database error is unexpected."""
+    if getattr(exc.orig, "sqlstate", None) == "53100" or "database or disk is full" in str(exc.orig):
+        return await _taas_error(request, unavailable("the database has no space left", exc.orig or exc))
+    return unexpected(request.method, request.url.path, exc)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

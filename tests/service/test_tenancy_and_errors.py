@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine
 
 from service.settings import Settings
 from service.tenancy import new_admin_key
@@ -186,6 +187,27 @@ def test_unexpected_exception_is_500_nlc_body(settings_factory: Callable[..., Se
     assert reply.status_code == 500
     assert reply.json()["error"] == "Internal Server Error"
     assert "secret detail" not in reply.text
+
+
+def test_a_database_with_no_space_left_is_503_naming_that(settings_factory: Callable[..., Settings]) -> None:
+    """Every write on a full disk was a 500. The error here is SQLite's own (SQLITE_FULL, a
+    database held to one page); PostgreSQL's DiskFull (SQLSTATE 53100) takes the same way."""
+    from service.app import create_app
+
+    app: FastAPI = create_app(settings_factory())
+
+    @app.post("/v1/full")
+    def full() -> None:
+        with create_engine("sqlite://").connect() as connection:
+            connection.exec_driver_sql("PRAGMA max_page_count = 1")
+            connection.exec_driver_sql("CREATE TABLE t (x BLOB)")
+            connection.exec_driver_sql("INSERT INTO t VALUES (randomblob(100000))")
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        reply = c.post("/v1/full")
+
+    assert reply.status_code == 503
+    assert reply.json()["description"].startswith("the database has no space left; reference ")
 
 
 @pytest.mark.parametrize(

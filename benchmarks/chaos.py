@@ -64,6 +64,7 @@ PG_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
 CHECKPOINT_EVERY_UPDATES = 250
 START_TIMEOUT = 120.0
 JOB_TIMEOUT = 240.0
+ADMIN_KEY = "chaos-admin-key-of-at-least-32-characters"  # the platform refuses a shorter one
 
 
 # --- the platform under test -----------------------------------------------------------------
@@ -204,7 +205,7 @@ class Platform:
         env.update(
             TAAS_CHECKPOINT_EVERY_UPDATES=str(CHECKPOINT_EVERY_UPDATES),
             TAAS_CROSS_FIT_FOLDS="0",  # tiny data: no held-out fold models after training
-            TAAS_ADMIN_KEY="chaos-admin-key",
+            TAAS_ADMIN_KEY=ADMIN_KEY,
         )
         if self.flavour == "services":
             if self.redis is None:
@@ -270,7 +271,7 @@ class Platform:
         reply = httpx.post(
             f"{self.base_url}/v1/admin/tenants",
             json={"name": f"chaos-{uuid.uuid4().hex[:10]}"},
-            headers={"Authorization": "Bearer chaos-admin-key"},
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
             timeout=30,
         )
         reply.raise_for_status()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import importlib.util
 import os
@@ -389,8 +390,14 @@ def _admin_key(settings: Settings) -> tuple[str, Path, bool]:
         if problem:
             _fail(f"{key_file}: {problem}; or delete the file to generate a new admin key")
         return stored, key_file, False
-    with os.fdopen(fd, "w") as out:
-        out.write(key + "\n")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(key + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as error:  # an empty key file would refuse every later start
+        key_file.unlink(missing_ok=True)
+        _fail(f"cannot write {key_file}: {error.strerror}")
     return key, key_file, True
 
 
@@ -487,15 +494,21 @@ def _refuse_a_newer_schema(config: Config, engine: Engine) -> None:
 
 
 def _prepare_data_dir(data_dir: Path) -> Path:
-    """Create the data dir and check that it is writable; returns its absolute path."""
+    """Create the data dir and check that it is writable, with room: a megabyte is written and
+    flushed (an empty file fitted a full disk, whose first write then failed with a traceback
+    and left an empty admin.key); returns its absolute path."""
     path = data_dir.expanduser().resolve()
     if path.exists() and not path.is_dir():
         _fail(f"data dir {path} is not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
+        with tempfile.TemporaryFile(dir=path) as probe:
+            probe.write(bytes(1 << 20))
+            probe.flush()
+            os.fsync(probe.fileno())
     except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            _fail(f"data dir {path} is full ({error.strerror}): free some space")
         _fail(f"data dir {path} is not writable: {error.strerror}")
     return path
 

@@ -5,10 +5,12 @@ a worker told to change what taas fixes, an external Redis that does not answer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,35 @@ def test_up_refuses_an_external_redis_that_does_not_answer(tmp_path: Path) -> No
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: cannot reach Redis at redis://127.0.0.1:")
     assert "secret" not in result.stderr
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs, filled to the last byte (root only; skipped where it cannot be mounted)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("a tmpfs cannot be mounted here (it needs root)")
+    try:
+        with open(mount / "filler", "wb") as filler:
+            with contextlib.suppress(OSError):
+                while True:
+                    filler.write(bytes(1 << 16))
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_data_dir_on_a_full_disk_is_refused_in_one_line(tmp_path: Path, full_disk: Path) -> None:
+    """An empty probe file fitted a full disk: `up` then died on its first write with a
+    traceback and left an empty admin.key, which refused every later start."""
+    result = _run("up", "--port", str(free_port()), "--data-dir", str(full_disk / "var"), tmp_path=tmp_path)
+
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: data dir {full_disk / 'var'} is full")
+    assert not (full_disk / "var" / "admin.key").exists()

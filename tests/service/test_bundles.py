@@ -229,3 +229,27 @@ def test_a_model_copy_dropped_between_fetch_and_read_is_fetched_again_and_bundle
     extract_bundle(bundle, tmp_path / "extracted")
     exported, original = LoadedModel.load(tmp_path / "extracted"), LoadedModel.load(tiny_model)
     assert exported.classify(TEXTS) == original.classify(TEXTS)
+
+
+def test_an_export_onto_a_full_disk_is_503_saying_so(
+    client: TestClient, tenant: Any, available: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The staging file is /dev/full, whose writes fail with ENOSPC as a full disk's do: the
+    export said the model could not be read, and the file's close raised again (a 500)."""
+    real_temp_path = ArtifactStore.temp_path
+
+    def staging(store: ArtifactStore, suffix: str = "") -> Path:
+        if suffix != ".taas":
+            return real_temp_path(store, suffix)
+        full = tmp_path / "full.taas"
+        full.symlink_to("/dev/full")
+        return full
+
+    monkeypatch.setattr(ArtifactStore, "temp_path", staging)
+    reply = client.get(f"/v1/classifiers/{available}/bundle", headers=tenant.headers)
+
+    assert reply.status_code == 503, reply.text
+    assert reply.json()["description"].startswith(
+        "the bundle cannot be staged (is the disk full?); reference "
+    )
+    assert not (tmp_path / "full.taas").exists()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from functools import partial
-from typing import IO
+from typing import IO, Any, cast
 
 from fastapi import BackgroundTasks, Request
 from fastapi.responses import FileResponse
@@ -18,7 +19,7 @@ from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import ClassifierInfo
 from service.api.uploads import RAW_BODY, read_upload
-from service.errors import BadRequest
+from service.errors import BadRequest, unavailable
 from service.models import Classifier, ClassifierVersion, utcnow
 from service.store import ArtifactStore
 
@@ -29,16 +30,52 @@ BUNDLE_MEDIA_TYPE = "application/gzip"
 def bundle_response(
     store: ArtifactStore, cleanup: BackgroundTasks, filename: str, write: Callable[[IO[bytes]], None]
 ) -> FileResponse:
-    """The bundle that ``write`` writes, sent as a file download and removed afterwards."""
+    """The bundle that ``write`` writes, sent as a file download and removed afterwards. The
+    staging file is unbuffered, and its failures (a full disk) are a 503 saying so: they were
+    reported as the model being unreadable, and the flush when the file closed raised again,
+    a 500."""
     path = store.temp_path(".taas")
     cleanup.add_task(path.unlink, missing_ok=True)
     try:
-        with path.open("wb") as out:
-            write(out)
+        with path.open("wb", buffering=0) as out:
+            write(cast(IO[bytes], _Staging(out)))
     except BaseException:
         path.unlink(missing_ok=True)
         raise
     return FileResponse(path, media_type=BUNDLE_MEDIA_TYPE, filename=filename)
+
+
+class _Staging(io.RawIOBase):
+    """The staging file, whose failures (a write, a seek, a truncate) are a 503 rather than an
+    OSError, which the export takes for a model it cannot read."""
+
+    def __init__(self, raw: io.FileIO) -> None:
+        self.raw = raw
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return _staged(lambda: self.raw.write(data) or 0)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return _staged(lambda: self.raw.seek(offset, whence))
+
+    def tell(self) -> int:
+        return _staged(self.raw.tell)
+
+    def truncate(self, size: int | None = None) -> int:
+        return _staged(lambda: self.raw.truncate(size))
+
+
+def _staged(operation: Callable[[], int]) -> int:
+    try:
+        return operation()
+    except OSError as exc:
+        raise unavailable("the bundle cannot be staged (is the disk full?)", exc) from exc
 
 
 @router.get(

@@ -67,7 +67,7 @@ def check_callback_url(url: str, *, allow_private: bool) -> Destination:
         raise UnsafeCallback(f"host '{parts.hostname}' is not a valid host name") from None
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
+    except OSError:
         raise UnsafeCallback(f"host '{parts.hostname}' does not resolve") from None
     addresses = [ip_address(str(info[4][0]).split("%", 1)[0]) for info in found]
     if not allow_private:

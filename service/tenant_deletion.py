@@ -58,17 +58,15 @@ def delete_tenant(
     keys_revoked()
     datasets = session.scalar(select(func.count()).where(Dataset.tenant_id == tenant_id)) or 0
     deleted = []
-    for classifier_id in session.scalars(
-        select(Classifier.id).where(Classifier.tenant_id == tenant_id).order_by(Classifier.id)
-    ).all():
-        classifier = session.get(Classifier, classifier_id)
-        if classifier is None:
-            continue
+    owned = session.scalars(
+        select(Classifier).where(Classifier.tenant_id == tenant_id).order_by(Classifier.id)
+    )
+    for classifier in owned.all():
         try:
             classifiers.delete_classifier(session, settings, store, classifier, now=now, notify=False)
         except NotFound:  # a concurrent delete took it first
             continue
-        deleted.append(classifier_id)
+        deleted.append(classifier.id)
     # the folder before the row, which stays the mark a repeated request finishes from (after
     # the row, a crash between the two left the folder, and the repeat was a 404); and again
     # after, for what a request the deletion overtook wrote meanwhile

@@ -58,7 +58,7 @@ from trainer.evaluate import (
     decide_on_other_half,
     multilabel_report,
 )
-from trainer.features import Bags, Featurizer, FeaturizerConfig, tokenize
+from trainer.features import Bags, Featurizer, FeaturizerConfig
 from trainer.folds import FoldRuns
 from trainer.hparams import DEFAULT_HPARAMS, HParams
 from trainer.inference import LoadedModel, bag_tensors, save_model
@@ -515,9 +515,6 @@ def _train(
 ) -> TrainResult:
     """One training session (see train); ``cross_fit`` False trains a fold model of _cross_fit."""
     check_trainable(data)
-    # the whole data only: a fold of a few rows may hold none with a word, and trains to uniform scores
-    if cross_fit and not any(tokenize(text)[1] for text in data.texts):
-        raise InvalidTrainingData(0, "no text has a letter or a digit: there is nothing to learn from")
     on_cuda = device.type == "cuda"
     session_start = time.monotonic()
     fingerprint = _fingerprint(data)
@@ -541,6 +538,10 @@ def _train(
         early = ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, learners)
         early.report("preparing", epoch=1, step=0, loss=None, checkpoints=0, resumed=0)
         prepared = _prepare(data, hparams, fingerprint)
+        # no n-gram at all (the featurizer has already read every training text); the whole data
+        # only: a fold of a few rows may hold none with a word, and trains to uniform scores
+        if cross_fit and prepared.featurizer.rows == 0:
+            raise InvalidTrainingData(0, "no text has a letter or a digit: there is nothing to learn from")
         # one example (a multi-label text) leaves its fold model nothing to learn from
         cross_fitting = (
             cross_fit and prepared.validation_bags is None and hparams.cross_fit_folds > 1 and len(data) > 1

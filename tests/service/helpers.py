@@ -48,6 +48,15 @@ def nlc_files(csv: str | bytes = NLC_CSV, metadata: object | None = None) -> dic
     }
 
 
+def store_dataset(client: Any, tenant: Any, body: bytes = b"text,label\nhot,t\ncold,t\nrain,c\n") -> str:
+    """Upload ``body`` (a labelled CSV) as ``tenant``'s dataset; its id."""
+    reply = client.post(
+        "/v1/datasets?name=d", content=body, headers={**tenant.headers, "content-type": "text/csv"}
+    )
+    assert reply.status_code == 201, reply.text
+    return str(reply.json()["dataset_id"])
+
+
 def train_tiny_model(root: Path, classes: dict[str, list[str]] = WEATHER) -> Path:
     """Train a model on ``classes``' texts (by default a few weather questions) with the real
     trainer (a second or two)."""

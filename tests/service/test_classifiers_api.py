@@ -17,7 +17,7 @@ from service import jobs
 from service.app import create_app
 from service.models import Dataset, JobEvent, JobState, TrainingJob, utcnow
 from service.settings import Settings
-from tests.service.helpers import nlc_files
+from tests.service.helpers import nlc_files, store_dataset
 
 NLC_CLASSIFIER_KEYS = {"classifier_id", "name", "language", "created", "url", "status", "status_description"}
 
@@ -185,11 +185,7 @@ def test_another_tenants_ids_are_not_found(
 def test_create_from_a_stored_dataset_refuses_a_misspelt_field(
     client: TestClient, tenant: Any, session: Session
 ) -> None:
-    did = client.post(
-        "/v1/datasets?name=d",
-        content=b"text,label\nhot,t\ncold,t\nrain,c\n",
-        headers={**tenant.headers, "content-type": "text/csv"},
-    ).json()["dataset_id"]
+    did = store_dataset(client, tenant)
 
     reply = client.post(
         "/v1/classifiers",
@@ -203,11 +199,7 @@ def test_create_from_a_stored_dataset_refuses_a_misspelt_field(
 
 
 def test_create_from_stored_dataset_trains_on_it(client: TestClient, tenant: Any, session: Session) -> None:
-    did = client.post(
-        "/v1/datasets?name=d",
-        content=b"text,label\nhot,t\ncold,t\nrain,c\n",
-        headers={**tenant.headers, "content-type": "text/csv"},
-    ).json()["dataset_id"]
+    did = store_dataset(client, tenant)
 
     reply = client.post(
         "/v1/classifiers",

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from service.classifiers import check_language
 from service.errors import BadRequest
+from tests.service.helpers import store_dataset
 
 NLC_LANGUAGES = ["en", "ar", "fr", "de", "it", "ja", "ko", "pt", "es"]
 REFUSED: list[object] = [
@@ -74,11 +75,7 @@ def test_nlc_create_with_another_code_is_a_400_and_leaves_nothing(
 
 
 def test_json_create_from_a_dataset_refuses_another_code(client: TestClient, tenant: Any) -> None:
-    did = client.post(
-        "/v1/datasets?name=d",
-        content=b"text,label\nhot,t\ncold,t\nrain,c\n",
-        headers={**tenant.headers, "content-type": "text/csv"},
-    ).json()["dataset_id"]
+    did = store_dataset(client, tenant)
 
     reply = client.post(
         "/v1/classifiers", json={"name": "x", "language": "zh-TW", "dataset_id": did}, headers=tenant.headers

@@ -34,7 +34,7 @@ from service.models import (
 )
 from service.store import ArtifactStore
 from tests.conftest import TenantHandle
-from tests.service.helpers import NLC_CSV, make_available
+from tests.service.helpers import NLC_CSV, make_available, store_dataset
 
 ROUNDS = 8
 
@@ -130,11 +130,7 @@ def test_a_create_from_a_dataset_racing_its_delete_is_a_clean_404_or_409(
     client: TestClient, tenant: TenantHandle, session: Session
 ) -> None:
     for _ in range(ROUNDS):
-        did = client.post(
-            "/v1/datasets?name=d",
-            content=b"text,label\nhot,t\ncold,t\nrain,c\n",
-            headers={**tenant.headers, "content-type": "text/csv"},
-        ).json()["dataset_id"]
+        did = store_dataset(client, tenant)
         body = {"name": "c", "language": "en", "dataset_id": did}
 
         created, deleted = _race(
@@ -256,14 +252,7 @@ def test_a_promote_while_its_versions_dataset_is_deleted_serves_it_without_one(
     """The promote copies the version's dataset id into the classifier: on PostgreSQL its
     foreign-key check waited on the dataset's delete, then failed (a 500). Forced here: the
     delete holds the dataset's row while the promote starts, and commits after."""
-    datasets = [
-        client.post(
-            "/v1/datasets?name=d",
-            content=b"text,label\nhot,t\ncold,t\nrain,c\n",
-            headers={**tenant.headers, "content-type": "text/csv"},
-        ).json()["dataset_id"]
-        for _ in range(2)
-    ]
+    datasets = [store_dataset(client, tenant) for _ in range(2)]
     cid = client.post(
         "/v1/classifiers", json={"name": "c", "dataset_id": datasets[0]}, headers=tenant.headers
     ).json()["classifier_id"]

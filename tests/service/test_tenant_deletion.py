@@ -18,6 +18,7 @@ from service.models import Base, Tenant
 from service.settings import Settings
 from service.store import ArtifactStore
 from tests.conftest import TenantHandle
+from tests.service.helpers import store_dataset
 
 DATASET = b"text,label\nhot today,weather\ncold rain,weather\nplay jazz,music\nplay rock,music\n"
 
@@ -39,9 +40,7 @@ def _estate(
     client: TestClient, tenant: TenantHandle, create_classifier: Callable[..., httpx.Response]
 ) -> None:
     """A stored dataset, a classifier trained on it, and one from an NLC upload."""
-    dataset = client.post(
-        "/v1/datasets?name=d", content=DATASET, headers={**tenant.headers, "content-type": "text/csv"}
-    ).json()["dataset_id"]
+    dataset = store_dataset(client, tenant, DATASET)
     assert client.post(
         "/v1/classifiers", json={"name": "from-dataset", "dataset_id": dataset}, headers=tenant.headers
     ).is_success

@@ -127,13 +127,14 @@ class QuotaExceeded(Forbidden):
 
 
 class RateLimited(TaasError):
-    """Over the tenant's request rate; retry after ``retry_after`` seconds (whole, at least 1)."""
+    """Over the tenant's classify rate (texts a second); retry after ``retry_after`` seconds
+    (whole, at least 1)."""
 
     status, title = 429, "Too Many Requests"
 
     def __init__(self, quota: str, limit: int, retry_after: int) -> None:
         super().__init__(
-            f"rate limit '{quota}' exceeded: the limit is {limit} requests per second; "
+            f"rate limit '{quota}' exceeded: the limit is {limit} texts per second; "
             f"retry after {retry_after} s"
         )
         self.quota, self.limit, self.retry_after = quota, limit, retry_after

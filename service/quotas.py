@@ -10,7 +10,8 @@ quota              counts                                       checked when
                                                                 created
 ``dataset_bytes``  bytes of its stored canonical CSVs           a dataset is stored (either
 ``dataset_rows``   rows of its stored canonical CSVs            kind: upload or NLC create)
-``classify_rps``   classify calls per second (``service.ratelimit``)   every classify call
+``classify_rps``   texts classified per second (a collection's  every classify call
+                   each counted; ``service.ratelimit``)
 =================  ===========================================  ===========================
 
 A check runs inside the transaction that adds the rows, after locking the tenant's row

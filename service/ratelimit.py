@@ -15,6 +15,11 @@ least one call; one while the rate is under ``1 / lease_seconds``) and spends th
 until they run out or the lease ends; unspent calls are forfeited, never carried over. Every
 call is still counted in Redis before it is served, so the limit holds across replicas; at
 most ``lease_seconds`` of rate per replica is taken ahead of use.
+
+A call may cost several units (classify_collection: one per text). It is served when the
+bucket has room for one unit and is charged all of them, so the bucket may run into debt by
+a call's cost less one, which the tenant's next calls wait out: a collection larger than the
+burst is still served, and its texts are paid for at the same rate as single calls.
 """
 
 from __future__ import annotations
@@ -30,20 +35,22 @@ from service.errors import QuotaExceeded, RateLimited
 
 log = logging.getLogger(__name__)
 
-# KEYS[1]: the bucket; ARGV[1]: emission interval (µs); ARGV[2]: tolerance (µs); ARGV[3]: calls
-# wanted. Grants as many of them as the bucket allows now (recording them) and returns
-# {granted, 0}, or {0, µs to wait for one call}.
+# KEYS[1]: the bucket; ARGV[1]: emission interval (µs); ARGV[2]: tolerance (µs); ARGV[3]: units
+# wanted; ARGV[4]: units needed (at most wanted). When the bucket has room for one unit, grants
+# as many as wanted as it has room for but at least the needed (recording them) and returns
+# {granted, 0}; else {0, µs to wait for one unit}.
 _GCRA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
 local wanted = tonumber(ARGV[3])
+local needed = tonumber(ARGV[4])
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
 local room = math.floor((now + tolerance - tat) / interval)
 if room < 1 then return {0, math.ceil(tat + interval - now - tolerance)} end
-local granted = math.min(wanted, room)
+local granted = math.max(needed, math.min(wanted, room))
 local new_tat = tat + interval * granted
 redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
 return {granted, 0}
@@ -79,49 +86,55 @@ class RateLimiter:
         self._script = self._client.register_script(_GCRA) if self._client else None
         self._warned_at = -math.inf
 
-    def acquire(self, quota: str, tenant_id: str, per_second: int) -> None:
-        """Record one call of ``tenant_id`` against ``quota`` (``per_second`` calls a second).
+    def acquire(self, quota: str, tenant_id: str, per_second: int, units: int = 1) -> None:
+        """Record a call of ``tenant_id`` costing ``units`` against ``quota`` (``per_second``
+        units a second).
 
         Raises RateLimited (429, with the whole seconds to wait) when over the rate, and
         QuotaExceeded when the rate is 0 (the tenant may not make such calls at all).
         """
-        if self.acquire_nowait(quota, tenant_id, per_second):
+        if self.acquire_nowait(quota, tenant_id, per_second, units):
             return
         assert self._script is not None
         bucket = _bucket(quota, tenant_id)
         interval_us = 1_000_000 / per_second
         tolerance_us = max(self.burst_seconds * 1_000_000, interval_us)
-        wanted = max(1, int(per_second * self.lease_seconds))
+        wanted = max(units, int(per_second * self.lease_seconds))
         try:
-            granted, wait_us = self._script(keys=[bucket], args=[interval_us, tolerance_us, wanted])
+            granted, wait_us = self._script(keys=[bucket], args=[interval_us, tolerance_us, wanted, units])
         except redis.RedisError as exc:
             self._skip_until = time.monotonic() + self.retry_s
             self._warn(exc)
             return
         if not granted:
             raise RateLimited(quota, per_second, max(1, math.ceil(int(wait_us) / 1_000_000)))
-        if granted > 1:
+        if granted > units:
             with self._lock:
-                self._leases[(bucket, per_second)] = (int(granted) - 1, time.monotonic() + self.lease_seconds)
+                self._leases[(bucket, per_second)] = (
+                    int(granted) - units,
+                    time.monotonic() + self.lease_seconds,
+                )
 
-    def acquire_nowait(self, quota: str, tenant_id: str, per_second: int) -> bool:
-        """Record one call if that needs no Redis round trip (this replica holds a lease with
-        calls left, or the limiter is off); False if it does: then call :meth:`acquire`, on a
-        worker thread. Raises QuotaExceeded when the rate is 0."""
+    def acquire_nowait(self, quota: str, tenant_id: str, per_second: int, units: int = 1) -> bool:
+        """Record a call costing ``units`` if that needs no Redis round trip (this replica holds
+        a lease with as many units left, or the limiter is off); False if it does: then call
+        :meth:`acquire`, on a worker thread. Raises QuotaExceeded when the rate is 0."""
         if per_second <= 0:
             raise QuotaExceeded(quota, 0, 0)
         if self._script is None or time.monotonic() < self._skip_until:
             return True
-        return self._spend_leased((_bucket(quota, tenant_id), per_second))
+        return self._spend_leased((_bucket(quota, tenant_id), per_second), units)
 
-    def _spend_leased(self, lease: tuple[str, int]) -> bool:
-        """Take one call from this replica's lease, if it holds one with calls left."""
+    def _spend_leased(self, lease: tuple[str, int], units: int = 1) -> bool:
+        """Take ``units`` from this replica's lease, if it holds one with as many left."""
         with self._lock:
             left, until = self._leases.get(lease, (0, 0.0))
-            if left <= 0 or time.monotonic() >= until:
+            if time.monotonic() >= until:
                 self._leases.pop(lease, None)
                 return False
-            self._leases[lease] = (left - 1, until)
+            if left < units:
+                return False
+            self._leases[lease] = (left - units, until)
             return True
 
     def close(self) -> None:

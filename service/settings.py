@@ -224,7 +224,9 @@ class Settings(BaseSettings):
     )
     quota_dataset_rows: int = Field(1_000_000, ge=0, description="Rows of stored training data per tenant.")
     quota_classify_rps: int = Field(
-        100, ge=0, description="classify and classify_collection calls per second per tenant (0: none)."
+        100,
+        ge=0,
+        description="Texts classified per second per tenant, a collection's each counted (0: none).",
     )
     max_json_bytes: int = Field(
         1024 * 1024, gt=0, description="Largest JSON request body (classify, admin; uploads excepted)."

@@ -18,6 +18,7 @@ from typing import Annotated
 from anyio import to_thread
 from fastapi import Depends, Header, Query, Request
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.datastructures import State
 
 from service import classifiers, datasets, serving
 from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
@@ -151,9 +152,11 @@ DatasetDep = Annotated[Dataset, Depends(_dataset)]
 @dataclass(frozen=True)
 class ServingTarget:
     """Everything a classify call needs: the classifier it names (the caller's own, within its
-    rate), a check whether it still exists, and the app's settings, store and model cache."""
+    rate: one text is charged), the caller's lookup (to charge a collection's other texts), a
+    check whether the classifier still exists, and the app's settings, store and model cache."""
 
     classifier: Servable
+    lookup: serving.ServingLookup
     still_exists: Callable[[], bool]
     settings: Settings
     store: ArtifactStore
@@ -189,12 +192,7 @@ async def _serving_target(
         )
     if found is None:
         raise _refusal(state.settings, key)
-    limiter: RateLimiter = state.limiter
-    rps = state.settings.quota_classify_rps if found.classify_rps is None else found.classify_rps
-    if not limiter.acquire_nowait("classify_rps", found.tenant_id, rps):
-        await to_thread.run_sync(
-            limiter.acquire, "classify_rps", found.tenant_id, rps, limiter=models.threads
-        )
+    await charge_classify(state, found, 1)
     if found.classifier is None:  # unknown, another tenant's, or not even an id
         raise NotFound("classifier", classifier_id)
     classifier_pk = found.classifier.id
@@ -209,7 +207,19 @@ async def _serving_target(
         classifier = await to_thread.run_sync(
             _pinned, sessions, classifier_pk, version, limiter=models.threads
         )
-    return ServingTarget(classifier, still_exists, state.settings, state.store, models)
+    return ServingTarget(classifier, found, still_exists, state.settings, state.store, models)
+
+
+async def charge_classify(state: State, found: serving.ServingLookup, texts: int) -> None:
+    """Charge ``texts`` texts to the caller's classify rate: from this replica's lease, else from
+    Redis on a worker thread. RateLimited over the rate, QuotaExceeded at a rate of 0."""
+    limiter: RateLimiter = state.limiter
+    models: ModelCache = state.models
+    rps = state.settings.quota_classify_rps if found.classify_rps is None else found.classify_rps
+    if not limiter.acquire_nowait("classify_rps", found.tenant_id, rps, texts):
+        await to_thread.run_sync(
+            limiter.acquire, "classify_rps", found.tenant_id, rps, texts, limiter=models.threads
+        )
 
 
 def _pinned(sessions: sessionmaker[Session], classifier_id: str, version: int) -> serving.Servable:

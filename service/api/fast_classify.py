@@ -24,7 +24,6 @@ import re
 import time
 import urllib.parse
 
-from anyio import to_thread
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.datastructures import State
@@ -33,12 +32,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import serving
 from service.api import errors
+from service.api.deps import charge_classify
 from service.api.routes import classify
 from service.api.schemas import ClassifyCollectionInput, ClassifyInput
 from service.errors import TaasError
 from service.lookup_cache import LookupCache
 from service.metrics import Metrics
-from service.ratelimit import RateLimiter
 from service.serving import ModelCache
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -136,15 +135,9 @@ class FastClassify:
         model = models.peek(classifier_id, store.resolve(found.classifier.model_dir))
         if model is None:
             return None
-        limiter: RateLimiter = state.limiter
-        rps = settings.quota_classify_rps if found.classify_rps is None else found.classify_rps
         try:
-            if not limiter.acquire_nowait("classify_rps", found.tenant_id, rps):
-                # This replica's lease ran out: take the next one from Redis off the loop. A
-                # refusal charges nothing, so the route may ask again to answer it.
-                await to_thread.run_sync(
-                    limiter.acquire, "classify_rps", found.tenant_id, rps, limiter=models.threads
-                )
+            # A refusal charges nothing, so the route may ask again to answer it.
+            await charge_classify(state, found, len(texts))
         except TaasError:
             return None
         scores = await models.inference.classify(model, texts)

@@ -228,6 +228,33 @@ def test_the_rate_holds_on_a_warm_cache(
     assert client.post(url, json=TEXT, headers=tenant.headers).status_code == 403
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["route", "cached"])
+def test_a_collection_is_charged_a_text_each(
+    client: TestClient,
+    tenant: Any,
+    admin_headers: dict[str, str],
+    available: str,
+    warm: Callable[..., dict],
+    statements: list[str],
+    cached: bool,
+) -> None:
+    client.patch(f"/v1/admin/tenants/{tenant.id}/quotas", json={"classify_rps": 2}, headers=admin_headers)
+    if cached:
+        warm(available, tenant)
+    statements.clear()
+    ten = {"collection": [{"text": f"rain {i}?"} for i in range(10)]}
+
+    served = client.post(f"/v1/classifiers/{available}/classify_collection", json=ten, headers=tenant.headers)
+
+    # 2 texts a second with a burst of 2 s (4 texts): ten texts are served at once, and owed
+    assert served.status_code == 200, served.text
+    assert (not statements) == cached  # the cached call took the lean path
+    limited = client.post(f"/v1/classifiers/{available}/classify", json=TEXT, headers=tenant.headers)
+    assert limited.status_code == 429
+    assert int(limited.headers["Retry-After"]) >= 3
+    assert "the limit is 2 texts per second" in limited.json()["description"]
+
+
 def test_a_deleted_classifier_is_404_at_once(
     client: TestClient, tenant: Any, available: str, warm: Callable[..., dict]
 ) -> None:

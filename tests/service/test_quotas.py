@@ -162,7 +162,7 @@ def test_classify_over_the_rate_is_429_with_retry_after(
         "error": "Too Many Requests",
         "description": limited.json()["description"],
     }
-    assert "rate limit 'classify_rps' exceeded: the limit is 1 requests per second" in limited.text
+    assert "rate limit 'classify_rps' exceeded: the limit is 1 texts per second" in limited.text
 
 
 def test_a_tenant_over_its_rate_does_not_slow_another(
@@ -208,6 +208,31 @@ def test_limiter_allows_the_burst_then_refuses_with_whole_seconds() -> None:
         limiter.acquire("classify_rps", f"{tenant}-other", 5)  # buckets are per tenant
         with pytest.raises(QuotaExceeded):
             limiter.acquire("classify_rps", tenant, 0)
+    finally:
+        limiter.close()
+
+
+def test_a_call_of_many_units_is_served_on_room_for_one_and_its_debt_waited_out() -> None:
+    limiter = RateLimiter(REDIS_TEST_URL, burst_seconds=1.0)
+    tenant = f"unit-{uuid.uuid4().hex}"
+    try:
+        limiter.acquire("classify_rps", tenant, 5, units=30)  # 6 s of rate, beyond the 1 s burst
+        with pytest.raises(RateLimited) as refused:
+            limiter.acquire("classify_rps", tenant, 5)
+        assert refused.value.retry_after == 6  # room for one more in 6 s less 1 s of burst, + 0.2 s
+    finally:
+        limiter.close()
+
+
+def test_a_lease_serves_a_call_only_with_all_its_units() -> None:
+    # 1000 calls/s: a lease of 50 units; a call of 30 spends it, one of 30 more asks Redis
+    limiter = RateLimiter(REDIS_TEST_URL, burst_seconds=0.1)
+    tenant = f"unit-{uuid.uuid4().hex}"
+    try:
+        limiter.acquire("classify_rps", tenant, 1000)
+        assert limiter.acquire_nowait("classify_rps", tenant, 1000, units=30)
+        assert not limiter.acquire_nowait("classify_rps", tenant, 1000, units=30)
+        assert limiter.acquire_nowait("classify_rps", tenant, 1000, units=19)
     finally:
         limiter.close()
 

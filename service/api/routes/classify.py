@@ -14,7 +14,7 @@ from fastapi import Query, Request, Response
 from pydantic_core import to_json
 
 from service import serving
-from service.api.deps import ServingDep, ServingTarget
+from service.api.deps import ServingDep, ServingTarget, charge_classify
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import (
@@ -96,6 +96,8 @@ def reply_json(
 
 async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -> Response:
     texts = texts_of(body, target.settings)
+    if len(texts) > 1:  # the dependency charged one text
+        await charge_classify(request.app.state, target.lookup, len(texts) - 1)
     classified = await serving.classify(
         target.models, target.store, target.classifier, texts, still_exists=target.still_exists
     )

@@ -17,6 +17,7 @@ from service.api.fast_classify import FastClassify
 from service.api.routes import admin, bundles, classifiers, classify, datasets, versions, webhooks
 from service.api.uploads import BodyLimit
 from service.db import make_engine, session_factory
+from service.failed_keys import FailedKeys
 from service.invalidation import Invalidations
 from service.local_sweeper import LocalSweeper
 from service.lookup_cache import LookupCache
@@ -69,6 +70,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         serving.use_one_torch_thread()
         app.state.limiter = RateLimiter(settings.redis_url, burst_seconds=settings.classify_burst_seconds)
         app.state.lookups = LookupCache()
+        app.state.failed_keys = FailedKeys(
+            burst=settings.wrong_key_burst, per_second=settings.wrong_keys_per_second
+        )
         app.state.invalidations = Invalidations(settings.redis_url, app.state.lookups)
         app.state.invalidations.start()
         app.state.redis = connect(settings.redis_url) if settings.redis_url else None  # ops, workers

@@ -12,7 +12,9 @@ One handler (``service.api.errors``) renders any of them as the NLC v1 error bod
     ├── NotFound                   404  unknown id, or one that belongs to another tenant
     ├── Conflict                   409  the resource is in the wrong state (classify while Training)
     ├── PayloadTooLarge            413  the request body is over the upload limit
-    ├── RateLimited                429  over the tenant's request rate (carries Retry-After)
+    ├── Throttled                  429  refused for a while (carries Retry-After)
+    │   ├── RateLimited            429  over the tenant's classify rate
+    │   └── TooManyWrongKeys       429  the client's address sent too many unknown keys
     └── ServiceUnavailable         503  a dependency cannot serve (model files unreadable)
 """
 
@@ -126,15 +128,34 @@ class QuotaExceeded(Forbidden):
         self.quota, self.limit, self.usage, self.adding = quota, limit, usage, adding
 
 
-class RateLimited(TaasError):
-    """Over the tenant's classify rate (texts a second); retry after ``retry_after`` seconds
-    (whole, at least 1)."""
+class Throttled(TaasError):
+    """Refused for a while; retry after ``retry_after`` seconds (whole, at least 1)."""
 
     status, title = 429, "Too Many Requests"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RateLimited(Throttled):
+    """Over the tenant's classify rate (texts a second)."""
 
     def __init__(self, quota: str, limit: int, retry_after: int) -> None:
         super().__init__(
             f"rate limit '{quota}' exceeded: the limit is {limit} texts per second; "
-            f"retry after {retry_after} s"
+            f"retry after {retry_after} s",
+            retry_after,
         )
-        self.quota, self.limit, self.retry_after = quota, limit, retry_after
+        self.quota, self.limit = quota, limit
+
+
+class TooManyWrongKeys(Throttled):
+    """The client's address presented too many unknown keys lately (``service.failed_keys``)."""
+
+    def __init__(self, burst: int, per_second: float, retry_after: int) -> None:
+        super().__init__(
+            f"too many unknown API keys from this address ({burst} at once, then {per_second:g} a "
+            f"second); retry after {retry_after} s",
+            retry_after,
+        )

@@ -237,6 +237,15 @@ class Settings(BaseSettings):
     classify_burst_seconds: float = Field(
         2.0, gt=0, description="Burst a tenant may spend at once, in seconds of its classify rate."
     )
+    wrong_key_burst: int = Field(
+        20,
+        gt=0,
+        description="Unknown API keys (or wrong admin keys) a client address may send at once before "
+        "its requests that need a key looked up are refused (429) (service.failed_keys).",
+    )
+    wrong_keys_per_second: float = Field(
+        1.0, gt=0, description="Unknown API keys a client address may send a second after its burst."
+    )
     access_log: bool = Field(
         False, description="Log a line per HTTP request (uvicorn's access log; costly at classify rates)."
     )

@@ -22,6 +22,7 @@ from starlette.datastructures import State
 
 from service import classifiers, datasets, serving
 from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
+from service.failed_keys import FailedKeys
 from service.invalidation import Invalidations
 from service.lookup_cache import LookupCache
 from service.models import Classifier, Dataset, Tenant
@@ -96,12 +97,14 @@ async def _key(
 KeyDep = Annotated[str, Depends(_key)]
 
 
-def _tenant(key: KeyDep, session: SessionDep, settings: SettingsDep) -> Tenant:
+def _tenant(request: Request, key: KeyDep, session: SessionDep) -> Tenant:
+    failed_keys: FailedKeys = request.app.state.failed_keys
+    failed_keys.check(request)
     tenant = tenant_for_key(session, key)
     if tenant is not None:
         _release(session)
         return tenant
-    raise _refusal(settings, key)
+    raise _refusal(request, key)
 
 
 def _release(session: Session) -> None:
@@ -111,20 +114,26 @@ def _release(session: Session) -> None:
     session.commit()
 
 
-def _refusal(settings: Settings, key: str) -> Exception:
-    if is_admin_key(settings, key):
+def _refusal(request: Request, key: str) -> Exception:
+    """The error for a key that is no tenant's; an unknown one is counted against the address."""
+    if is_admin_key(request.app.state.settings, key):
         return Forbidden("the admin key cannot act as a tenant; use a tenant's API key")
+    failed_keys: FailedKeys = request.app.state.failed_keys
+    failed_keys.failed(request)
     return Unauthorized("the API key is unknown or revoked")
 
 
 TenantDep = Annotated[Tenant, Depends(_tenant)]
 
 
-def _admin(key: KeyDep, session: SessionDep, settings: SettingsDep) -> None:
+def _admin(request: Request, key: KeyDep, session: SessionDep, settings: SettingsDep) -> None:
+    failed_keys: FailedKeys = request.app.state.failed_keys
+    failed_keys.check(request)  # first: a guesser held up must not learn that a guess was right
     if is_admin_key(settings, key):
         return
     if tenant_for_key(session, key) is not None:
         raise Forbidden("this route needs the admin key; a tenant key was sent")
+    failed_keys.failed(request)
     raise Unauthorized("the admin key is wrong" if settings.admin_key else "no admin key is configured")
 
 
@@ -187,11 +196,13 @@ async def _serving_target(
     digest = hash_key(key)
     found = lookups.get(digest, classifier_id)
     if found is None:
+        failed_keys: FailedKeys = state.failed_keys
+        failed_keys.check(request)
         found = await to_thread.run_sync(
             _lookup, state.sessions, lookups, digest, classifier_id, limiter=models.threads
         )
     if found is None:
-        raise _refusal(state.settings, key)
+        raise _refusal(request, key)
     await charge_classify(state, found, 1)
     if found.classifier is None:  # unknown, another tenant's, or not even an id
         raise NotFound("classifier", classifier_id)

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from service.errors import RateLimited, TaasError, Unauthorized, new_incident, unavailable
+from service.errors import TaasError, Throttled, Unauthorized, new_incident, unavailable
 
 log = logging.getLogger(__name__)
 WWW_AUTHENTICATE = 'Basic realm="taas", Bearer realm="taas"'
@@ -51,7 +51,7 @@ async def _taas_error(_request: Request, exc: TaasError) -> JSONResponse:
     headers = None
     if isinstance(exc, Unauthorized):
         headers = {"WWW-Authenticate": WWW_AUTHENTICATE}
-    elif isinstance(exc, RateLimited):
+    elif isinstance(exc, Throttled):
         headers = {"Retry-After": str(exc.retry_after)}
     return nlc_error(exc.status, str(exc), headers, exc.title)
 
@@ -146,11 +146,12 @@ _ERROR_SCHEMA = {
         "description": {"type": "string"},
     },
 }
-_ALWAYS = (400, 401, 403, 413)  # malformed, no key, wrong key or a quota, body over its limit
+# malformed, no key, wrong key or a quota, body over its limit, too many unknown keys sent
+_ALWAYS = (400, 401, 403, 413, 429)
 _EXTRA = {  # (method, path) -> statuses beyond those
-    ("post", "/v1/classifiers/{classifier_id}/classify"): (409, 429, 503),
-    ("get", "/v1/classifiers/{classifier_id}/classify"): (409, 429, 503),
-    ("post", "/v1/classifiers/{classifier_id}/classify_collection"): (409, 429, 503),
+    ("post", "/v1/classifiers/{classifier_id}/classify"): (409, 503),
+    ("get", "/v1/classifiers/{classifier_id}/classify"): (409, 503),
+    ("post", "/v1/classifiers/{classifier_id}/classify_collection"): (409, 503),
     ("post", "/v1/classifiers/{classifier_id}/cancel"): (409,),
     ("post", "/v1/classifiers/{classifier_id}/resume"): (409,),
     ("delete", "/v1/datasets/{dataset_id}"): (409,),
@@ -177,9 +178,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 statuses.append(404)
             for status in statuses:
                 responses[str(status)] = {"description": HTTPStatus(status).phrase, **error}
-            if 429 in statuses:
-                responses["429"]["headers"] = {
-                    "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
-                }
+            responses["429"]["headers"] = {
+                "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
+            }
     app.openapi_schema = schema
     return schema

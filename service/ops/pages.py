@@ -15,6 +15,8 @@ from fastapi.templating import Jinja2Templates
 
 from service.api.deps import SettingsDep
 from service.api.routing import Router
+from service.errors import TooManyWrongKeys
+from service.failed_keys import FailedKeys
 from service.ops import session as ops_session
 from service.tenancy import is_admin_key
 
@@ -33,8 +35,22 @@ def login_form(request: Request) -> Response:
 
 @router.post("/login", response_class=HTMLResponse)
 def login(request: Request, settings: SettingsDep, key: str = Form("")) -> Response:
-    """Open a session for the admin key; any other key (a tenant's included) is refused."""
+    """Open a session for the admin key; any other key (a tenant's included) is refused, and an
+    address that sent too many wrong keys is held up before its key is looked at."""
+    failed_keys: FailedKeys = request.app.state.failed_keys
+    try:
+        failed_keys.check(request)
+    except TooManyWrongKeys as held:
+        error = f"Too many wrong keys from this address; try again in {held.retry_after} s."
+        return templates.TemplateResponse(
+            request,
+            "login.html",
+            {"error": error},
+            status_code=held.status,
+            headers={"Retry-After": str(held.retry_after)},
+        )
     if not is_admin_key(settings, key.strip()):
+        failed_keys.failed(request)
         error = "That is not the administrator key."
         return templates.TemplateResponse(request, "login.html", {"error": error}, status_code=401)
     response = RedirectResponse("/ops", status_code=303)

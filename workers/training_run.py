@@ -174,7 +174,7 @@ class _JobRun:
             log.info("job %s: deleted after it was claimed", self.job_id)
             return
         if context.dataset_path is None:
-            self._fail(lease, "The classifier's training data was deleted before training finished.")
+            self._fail(lease, context, "The classifier's training data was deleted before training finished.")
             return
         keeper = LeaseKeeper(
             lease,
@@ -190,18 +190,19 @@ class _JobRun:
                 self._stopped(lease, context, stopped)
             except InvalidTrainingData as error:
                 log.info("job %s: invalid training data: %s", self.job_id, error)
-                self._fail(lease, _tenant_reason(error))
+                self._fail(lease, context, _tenant_reason(error))
             except SQLAlchemyError:
                 raise
             except DatasetMissing as missing:
                 log.error("job %s: attempt %d failed: %s", self.job_id, lease.attempt, missing)
-                self._retry(lease, MISSING_DATA)
+                self._retry(lease, context, MISSING_DATA)
             except (TrainerError, OSError) as error:
                 log.warning("job %s: attempt %d failed: %r", self.job_id, lease.attempt, error)
-                self._retry(lease, IO_FAILURE if isinstance(error, OSError) else _tenant_reason(error))
+                reason = IO_FAILURE if isinstance(error, OSError) else _tenant_reason(error)
+                self._retry(lease, context, reason)
             except Exception:
                 log.exception("job %s: unexpected error in attempt %d", self.job_id, lease.attempt)
-                self._retry(lease, GENERIC_FAILURE)
+                self._retry(lease, context, GENERIC_FAILURE)
 
     def _train_and_finish(self, lease: JobLease, dataset_path: str, context: JobContext) -> None:
         dataset_file = self.store.resolve(dataset_path)
@@ -373,12 +374,20 @@ class _JobRun:
                 self.store.version_dir(context.tenant_id, context.classifier_id, context.version)
             )
 
-    def _fail(self, lease: JobLease, reason: str) -> None:
+    def _fail(self, lease: JobLease, context: JobContext, reason: str) -> None:
         with self.sessions() as session:
             if not fail_job(session, lease, reason=reason, now=_now()):
                 log.info("job %s: failure not recorded, lease lost", self.job_id)
+                return
+        self._discard_checkpoints(context)
 
-    def _retry(self, lease: JobLease, reason: str) -> None:
+    def _discard_checkpoints(self, context: JobContext) -> None:
+        """A Failed job is never resumed (a resume takes cancelled jobs), so its checkpoints
+        would only fill the disk. (One whose worker was lost is the reconciler's sweep's:
+        ``workers.unrecorded``.)"""
+        self.store.delete_tree(self.store.resolve(context.checkpoint_dir))
+
+    def _retry(self, lease: JobLease, context: JobContext, reason: str) -> None:
         backoff = BackOff(self.settings.retry_backoff_seconds, self.settings.retry_backoff_max_seconds)
         with self.sessions() as session:
             outcome = retry_job(
@@ -390,6 +399,8 @@ class _JobRun:
                 now=_now(),
             )
         log.info("job %s: failed attempt recorded: %s", self.job_id, outcome or "lease already lost")
+        if outcome == "failed":
+            self._discard_checkpoints(context)
 
 
 class _CheckpointWatcher:

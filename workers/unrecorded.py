@@ -10,6 +10,9 @@ reconciler walks ``tenants/`` of its artifact root and removes, here and on the 
 * a tenant's folder, when no tenant has its id;
 * a file in its ``datasets/`` that no dataset of the tenant has as its path;
 * a ``classifiers/<id>/`` folder that no classifier of the tenant has;
+* a version's ``checkpoints/`` folder (or a v1 classifier's) that no queued, training or
+  cancelled job trains in: a Failed job's, whose worker was lost (its worker discards them
+  itself when it records the failure), or a finished one's that a crash kept;
 
 each only when nothing in it changed for ``temp_max_age_seconds``, far longer than any upload
 waits for its commit. Only what this node's root holds is seen: with S3, a file whose local
@@ -25,10 +28,12 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier, Dataset, Tenant
+from service.models import Classifier, Dataset, JobState, Tenant, TrainingJob
 from service.store import ArtifactStore
 
 log = logging.getLogger(__name__)
+# A job in these states may still train in its checkpoint folder (a cancelled one on a resume).
+_RESUMABLE = (JobState.QUEUED.value, JobState.TRAINING.value, JobState.CANCELLED.value)
 
 
 def sweep_unrecorded(session: Session, store: ArtifactStore, max_age_seconds: float) -> int:
@@ -51,6 +56,16 @@ def sweep_unrecorded(session: Session, store: ArtifactStore, max_age_seconds: fl
         swept += _remove(
             store, [d for d in _entries(folder / "classifiers") if d.name not in classifiers], cutoff
         )
+        live = set(
+            session.scalars(
+                select(TrainingJob.checkpoint_dir).where(
+                    TrainingJob.tenant_id == folder.name, TrainingJob.state.in_(_RESUMABLE)
+                )
+            )
+        )
+        swept += _remove(
+            store, [c for c in _checkpoints(folder / "classifiers") if store.relative(c) not in live], cutoff
+        )
     session.rollback()
     if swept:
         log.info("reconciler: removed %d stored file(s) or folder(s) no row records: %s", len(swept), swept)
@@ -59,6 +74,16 @@ def sweep_unrecorded(session: Session, store: ArtifactStore, max_age_seconds: fl
 
 def _entries(folder: Path) -> list[Path]:
     return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+def _checkpoints(classifiers: Path) -> list[Path]:
+    """Every checkpoint folder of the classifiers in ``classifiers``: each version's, and a v1
+    classifier's own."""
+    found = []
+    for classifier in _entries(classifiers):
+        found += [classifier / "checkpoints"]
+        found += [version / "checkpoints" for version in _entries(classifier / "versions")]
+    return [folder for folder in found if folder.is_dir()]
 
 
 def _remove(store: ArtifactStore, paths: list[Path], cutoff: float) -> list[Path]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from service.db import make_engine, session_factory
@@ -137,3 +138,34 @@ def test_files_no_row_records_are_swept_once_old_and_recorded_ones_never(
     assert not unrecorded_csv.exists() and not unrecorded_model.parent.parent.exists()
     assert not gone_tenant.exists() and fresh.exists()
     assert sorted(p for p in tenant.rglob("*") if p.is_file() and p != fresh) == recorded
+
+
+@pytest.mark.parametrize(
+    ("state", "swept"),
+    [
+        (JobState.FAILED, True),
+        (JobState.SUCCEEDED, True),
+        (JobState.CANCELLED, False),
+        (JobState.TRAINING, False),
+    ],
+)
+def test_checkpoints_no_resumable_job_trains_in_are_swept_once_old(
+    session: Session,
+    worker_settings: Settings,
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    state: JobState,
+    swept: bool,
+) -> None:
+    """A job the reconciler failed (its worker lost) left its checkpoints for ever."""
+    queued = queue_job(intents_csv)
+    session.execute(update(TrainingJob).where(TrainingJob.id == queued.job_id).values(state=state.value))
+    session.commit()
+    store = ArtifactStore(worker_settings.resolved_artifacts_dir())
+    checkpoints = store.checkpoint_dir(queued.tenant_id, queued.classifier_id, 1)
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "ckpt-00000100.pt").write_bytes(b"c")
+    _age(store.root / "tenants" / queued.tenant_id, 7200)
+
+    assert sweep_unrecorded(session, store, 3600) == int(swept)
+    assert checkpoints.exists() != swept

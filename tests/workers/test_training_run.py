@@ -192,10 +192,14 @@ def test_invalid_training_data_fails_the_job_with_a_reason_the_tenant_can_read(
     store = ArtifactStore(worker_settings.resolved_artifacts_dir())
     dataset_file = next(store.root.glob(f"tenants/{queued.tenant_id}/datasets/*.csv"))
     dataset_file.write_text("text,label\nonly one class,greet\n", encoding="utf-8")
+    checkpoints = store.checkpoint_dir(queued.tenant_id, queued.classifier_id, 1)
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "ckpt-00000100.pt").write_bytes(b"an earlier attempt's")
 
     run_training_job(queued.job_id, worker_settings, "host-a:1")
 
     job, classifier = queued.reload(session)
     assert job.state == JobState.FAILED
+    assert not checkpoints.exists()  # a Failed job is never resumed: nothing to keep them for
     assert classifier.status == ClassifierStatus.FAILED
     assert classifier.status_description.startswith("Invalid training data:")

@@ -302,12 +302,14 @@ def retry_job(
     max_attempts: int,
     backoff: BackOff,
     now: datetime,
+    counted: bool = True,
 ) -> str | None:
     """Record a failed attempt (the worker caught an error it cannot blame on the data).
 
     The job goes back to queued, claimable after the back-off for its failure count, or, at
-    ``max_attempts`` failures, is Failed with ``reason``. Returns "retry", "failed", or None
-    when the lease was already lost.
+    ``max_attempts`` failures, is Failed with ``reason``. An attempt not ``counted`` (the
+    worker's disk was full: no fault of the job) leaves the count as it is and waits the
+    back-off's longest delay. Returns "retry", "failed", or None when the lease was already lost.
     """
     row = session.execute(
         select(TrainingJob.failures).where(TrainingJob.id == lease.job_id, TrainingJob.epoch == lease.epoch)
@@ -315,8 +317,9 @@ def retry_job(
     session.rollback()
     if row is None:
         return None
-    failures = row.failures + 1
-    if failures >= max_attempts:
+    failures = row.failures + 1 if counted else row.failures
+    wait = backoff.delay(failures) if counted else timedelta(seconds=backoff.max_seconds)
+    if counted and failures >= max_attempts:
         final = f"{reason} (failed {failures} times)"
         if not _end_job(session, lease, JobState.FAILED, kind="failed", detail=final, now=now):
             return None
@@ -331,7 +334,7 @@ def retry_job(
         extra=[TrainingJob.failures == row.failures],
         state=JobState.QUEUED.value,
         failures=failures,
-        not_before=now + backoff.delay(failures),
+        not_before=now + wait,
         lease_owner=None,
         lease_expires_at=None,
         updated_at=now,

@@ -12,14 +12,17 @@ resumes from. Once a write is refused, or the heartbeat fails for a whole lease 
 ``should_stop`` turns true and the trainer checkpoints and stops at its next update.
 
 Failures are sorted by cause: invalid training data fails the job at once (a retry cannot
-cure it); any other error (an I/O error such as a full disk, a trainer error, a bug) is a
-failed attempt — the job is requeued with a back-off and is Failed after ``max_attempts``;
-database errors propagate (the lease then expires and the reconciler requeues the job).
+cure it); a full disk (ENOSPC, EDQUOT) is no fault of the job: it is requeued to try again
+after the longest back-off, without counting a failed attempt, for as long as the disk stays
+full; any other error (another I/O error, a trainer error, a bug) is a failed attempt — the
+job is requeued with a back-off and is Failed after ``max_attempts``; database errors
+propagate (the lease then expires and the reconciler requeues the job).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import shutil
@@ -72,6 +75,10 @@ GENERIC_FAILURE = "Training failed because of an internal error; the operators h
 IO_FAILURE = (
     "Training could not read or write its files (for example a full or read-only disk); "
     "the operators have the details."
+)
+DISK_FULL = (
+    "Training is waiting for disk space on its worker (the operators have the details); it "
+    "tries again every few minutes, and this does not count as a failed attempt."
 )
 MISSING_DATA = (
     "Training could not find its training data in the worker's artifact store (the API and "
@@ -197,6 +204,17 @@ class _JobRun:
                 log.error("job %s: attempt %d failed: %s", self.job_id, lease.attempt, missing)
                 self._retry(lease, context, MISSING_DATA)
             except (TrainerError, OSError) as error:
+                if _disk_full(error):
+                    log.error(
+                        "job %s: attempt %d: the disk is full (%s); the job tries again in %.0f s "
+                        "(not counted as a failed attempt)",
+                        self.job_id,
+                        lease.attempt,
+                        error,
+                        self.settings.retry_backoff_max_seconds,
+                    )
+                    self._retry(lease, context, DISK_FULL, counted=False)
+                    return
                 log.warning("job %s: attempt %d failed: %r", self.job_id, lease.attempt, error)
                 reason = IO_FAILURE if isinstance(error, OSError) else _tenant_reason(error)
                 self._retry(lease, context, reason)
@@ -387,7 +405,7 @@ class _JobRun:
         ``workers.unrecorded``.)"""
         self.store.delete_tree(self.store.resolve(context.checkpoint_dir))
 
-    def _retry(self, lease: JobLease, context: JobContext, reason: str) -> None:
+    def _retry(self, lease: JobLease, context: JobContext, reason: str, *, counted: bool = True) -> None:
         backoff = BackOff(self.settings.retry_backoff_seconds, self.settings.retry_backoff_max_seconds)
         with self.sessions() as session:
             outcome = retry_job(
@@ -397,6 +415,7 @@ class _JobRun:
                 max_attempts=self.settings.max_attempts,
                 backoff=backoff,
                 now=_now(),
+                counted=counted,
             )
         log.info("job %s: failed attempt recorded: %s", self.job_id, outcome or "lease already lost")
         if outcome == "failed":
@@ -485,6 +504,18 @@ def _kept_with(store: ArtifactStore, recorded: Path) -> list[Path]:
     versions = ((checkpoint_version(name), name) for name in names)
     older = sorted(((v, name) for v, name in versions if v is not None and v < newest), reverse=True)
     return [recorded] + [folder / name for _, name in older[: KEEP - 1]]
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether ``error``, or an error it was raised from, is a full disk or quota."""
+    seen: BaseException | None = error
+    chain: set[int] = set()
+    while seen is not None and id(seen) not in chain:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        chain.add(id(seen))
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _tenant_reason(error: TrainerError) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,8 +16,10 @@ from service.jobs import BackOff, claim_job, requeue_expired
 from service.models import ClassifierStatus, JobEvent, JobState
 from service.settings import Settings
 from service.store import ArtifactStore
+from trainer.errors import TrainerError
 from trainer.inference import LoadedModel
-from workers.training_run import MISSING_DATA, JobInterrupted, run_training_job
+from workers import training_run
+from workers.training_run import DISK_FULL, MISSING_DATA, JobInterrupted, run_training_job
 
 pytestmark = pytest.mark.integration
 
@@ -179,6 +182,43 @@ def test_a_worker_whose_store_lacks_the_dataset_says_so_to_the_operator_and_the_
         r.getMessage() for r in caplog.records if "is not in this worker's artifact store" in r.getMessage()
     ]
     assert "share TAAS_ARTIFACTS_DIR" in logged
+
+
+def test_a_full_disk_is_waited_out_without_counting_failed_attempts(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    settings_factory: Callable[..., Settings],
+    session: Session,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three ENOSPC attempts, a few seconds apart, used to fail a job while an operator had
+    barely been paged."""
+    settings = settings_factory(max_attempts=1, retry_backoff_max_seconds=0)
+    queued = queue_job(intents_csv, settings)
+    real_train = training_run.train
+
+    def no_space(*args: Any, **kwargs: Any) -> Any:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as error:
+            raise TrainerError("the checkpoint could not be written") from error
+
+    monkeypatch.setattr(training_run, "train", no_space)
+    for _ in range(3):
+        run_training_job(queued.job_id, settings, "host-a:1")
+        job, classifier = queued.reload(session)
+        assert (job.state, job.failures) == (JobState.QUEUED, 0)
+        assert classifier.status == ClassifierStatus.TRAINING
+    details = session.scalars(
+        select(JobEvent.detail).where(JobEvent.job_id == queued.job_id, JobEvent.kind == "crashed")
+    ).all()
+    assert details == [DISK_FULL] * 3
+
+    monkeypatch.setattr(training_run, "train", real_train)  # space was freed
+    run_training_job(queued.job_id, settings, "host-a:1")
+
+    job, classifier = queued.reload(session)
+    assert job.state == JobState.SUCCEEDED and classifier.status == ClassifierStatus.AVAILABLE
 
 
 def test_invalid_training_data_fails_the_job_with_a_reason_the_tenant_can_read(

@@ -236,7 +236,11 @@ class _JobRun:
         self.resumed_from = _seed_workdir(self.store, context, workdir)
         with self.sessions() as session:
             self._history = history.recorded(session, self.job_id)
-        self.checkpoints = _CheckpointWatcher(workdir, lease, self, self.resumed_from)
+        # Starting over from a recorded checkpoint that is gone (a crash's, or one a lost worker
+        # rotated out), the pointer keeps its step: checkpoints below it would be refused as
+        # stale (the lease then taken for lost, every attempt, until the job Failed).
+        floor = context.checkpoint_step if self.resumed_from is None else self.resumed_from
+        self.checkpoints = _CheckpointWatcher(workdir, lease, self, floor)
         # Each claim writes its own model folder, and only the fenced finish_job decides which
         # one the classifier points at: a worker that lost its lease overwrites nothing.
         models = self.store.model_dir(context.tenant_id, context.classifier_id, context.version)

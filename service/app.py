@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import Depends, FastAPI
 from starlette.types import Receive, Scope, Send
 
@@ -16,7 +17,7 @@ from service.api.deps import utf8_query
 from service.api.fast_classify import FastClassify
 from service.api.routes import admin, bundles, classifiers, classify, datasets, versions, webhooks
 from service.api.uploads import BodyLimit
-from service.db import make_engine, session_factory
+from service.db import POOL_CONNECTIONS, make_engine, session_factory
 from service.failed_keys import FailedKeys
 from service.invalidation import Invalidations
 from service.local_sweeper import LocalSweeper
@@ -54,6 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings)
         app.state.settings = settings
         app.state.sessions = session_factory(engine)
+        app.state.db_slots = anyio.Semaphore(POOL_CONNECTIONS)  # see service.api.deps._session
         app.state.store = ArtifactStore.open(settings)
         sweeper = LocalSweeper(
             app.state.store,
@@ -66,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.model_cache_bytes,
             threads=settings.serving_threads,
             fetch=functools.partial(app.state.store.fetch, folder=True),
+            top=classify.CLASSES_SHOWN,
         )
         serving.use_one_torch_thread()
         app.state.limiter = RateLimiter(settings.redis_url, burst_seconds=settings.classify_burst_seconds)

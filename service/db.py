@@ -10,6 +10,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.settings import Settings
 
 _SQLITE_BUSY_TIMEOUT_MS = 30_000
+POOL_CONNECTIONS = 15  # SQLAlchemy's default pool: 5 kept, 10 more on demand
+POOL_TIMEOUT_S = 30.0  # how long a request waits for one before its 503
 
 
 def make_engine(settings: Settings) -> Engine:
@@ -22,12 +24,19 @@ def make_engine(settings: Settings) -> Engine:
     """
     url = settings.resolved_database_url()
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
+        return create_engine(url, pool_pre_ping=True, hide_parameters=True, **_POOL)
     engine = create_engine(
-        url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=True
+        url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=True, **_POOL
     )
     event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+_POOL: dict[str, Any] = {
+    "pool_size": 5,
+    "max_overflow": POOL_CONNECTIONS - 5,
+    "pool_timeout": POOL_TIMEOUT_S,
+}
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -11,16 +11,19 @@ are plain functions (FastAPI runs them in a worker thread).
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
+import anyio
 from anyio import to_thread
 from fastapi import Depends, Header, Query, Request
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import State
 
 from service import classifiers, datasets, serving
+from service.db import POOL_TIMEOUT_S
 from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from service.failed_keys import FailedKeys
 from service.invalidation import Invalidations
@@ -55,9 +58,25 @@ async def _settings(request: Request) -> Settings:
     return settings
 
 
-def _session(request: Request) -> Iterator[Session]:
-    with request.app.state.sessions() as session:
-        yield session
+async def _session(request: Request) -> AsyncIterator[Session]:
+    """A request's session, once one of the pool's connections is the request's to take.
+
+    The wait is on the event loop, holding no thread. A request holding a connection needs a
+    thread of anyio's pool (40) to finish (its sync route, the serialising of its reply); when
+    more requests than that each waited for a connection in a thread, no holder could finish
+    and every database route stalled until the pool's 30 s timeout (60 concurrent status polls
+    of one tenant did it), answering 503s to every tenant.
+    """
+    slots: anyio.Semaphore = request.app.state.db_slots
+    with anyio.move_on_after(POOL_TIMEOUT_S) as waited:
+        await slots.acquire()
+    if waited.cancelled_caught:
+        raise PoolTimeout(f"no database connection free within {POOL_TIMEOUT_S:g} s")
+    try:
+        with request.app.state.sessions() as session:
+            yield session
+    finally:
+        slots.release()
 
 
 async def _store(request: Request) -> ArtifactStore:

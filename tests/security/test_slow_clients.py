@@ -1,15 +1,18 @@
-"""Slow and vanishing clients against a real server (uvicorn on a socket): an upload that stalls
-is refused once it has sent nothing for ``body_idle_seconds``, and while it stalls it holds no
-database connection, so other tenants' requests are not starved of them."""
+"""Slow, vanishing and many clients against a real server (uvicorn on a socket): an upload that
+stalls is refused once it has sent nothing for ``body_idle_seconds``, and while it stalls it
+holds no database connection, so other tenants' requests are not starved of them; more
+concurrent requests than the API has threads queue for the database instead of stalling it."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
@@ -96,3 +99,24 @@ def test_a_client_that_leaves_mid_body_is_not_a_server_error(
     assert 'route="/v1/datasets",status="499"' in seen
     assert 'route="/v1/datasets",status="500"' not in seen
     nothing_left_behind(tenant.id)
+
+
+def test_more_concurrent_requests_than_threads_queue_instead_of_stalling(
+    server: tuple[int, FastAPI], tenant: Any
+) -> None:
+    """Each request waited for a pool connection in one of anyio's 40 threads, while the 15
+    holding one waited for a thread to serialise their replies: 60 concurrent polls froze every
+    database route for the pool's 30 s timeout, then answered 503s."""
+    port, _ = server
+
+    async def poll_all() -> list[int]:
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=60
+        ) as client:
+            replies = await asyncio.gather(
+                *(client.get("/v1/classifiers", headers=tenant.headers) for _ in range(100))
+            )
+        return [reply.status_code for reply in replies]
+
+    assert asyncio.run(poll_all()) == [200] * 100

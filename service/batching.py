@@ -36,8 +36,9 @@ class _Call:
 class InferenceBatcher:
     """``await batcher.classify(model, texts)``: the model's scores, computed on a serving thread."""
 
-    def __init__(self, threads: int, *, max_texts: int = 256) -> None:
+    def __init__(self, threads: int, *, max_texts: int = 256, top: int | None = None) -> None:
         self.max_texts = max_texts
+        self.top = top  # classes ranked per text of a single-label model (None: all)
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._serve, name=f"classify-{n}", daemon=True) for n in range(threads)
@@ -81,7 +82,9 @@ class InferenceBatcher:
         for calls in by_model.values():
             texts = [text for call in calls for text in call.texts]
             try:
-                scores = calls[0].model.classify(texts)
+                model = calls[0].model
+                # a multi-label model's predicted labels are decided on all its classes
+                scores = model.classify(texts, top=None if model.multi_label else self.top)
             except Exception as exc:  # the callers re-raise it, as if they had called the model
                 outcomes += [(call, exc) for call in calls]
                 continue

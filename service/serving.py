@@ -117,6 +117,7 @@ class ModelCache:
         loaders: int = 2,
         threads: int = 2,
         fetch: Callable[[Path], Path] = lambda model_dir: model_dir,
+        top: int | None = None,
     ) -> None:
         self.budget_bytes = budget_bytes
         # Makes the model folder local before a load: ArtifactStore.fetch downloads it from the
@@ -126,7 +127,7 @@ class ModelCache:
         # GIL and stretch every request's latency): database lookups that miss the lookup cache
         # on worker threads, inference micro-batched on serving threads of its own.
         self.threads = CapacityLimiter(threads)
-        self.inference = InferenceBatcher(threads)
+        self.inference = InferenceBatcher(threads, top=top)  # ``top`` classes ranked a text
         self._models: OrderedDict[_Key, LoadedModel] = OrderedDict()
         self._pending: dict[_Key, asyncio.Future[LoadedModel]] = {}  # touched only on the loop
         self._lock = threading.Lock()

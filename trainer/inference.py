@@ -315,16 +315,19 @@ class LoadedModel:
         logits = F.linear(hidden, self._weight, self._bias).to(torch.float64)
         return (torch.sigmoid(logits) if self.multi_label else torch.softmax(logits, dim=1)).numpy()
 
-    def classify(self, texts: Sequence[str]) -> list[list[tuple[str, float]]]:
-        """Per text: every class with its confidence, sorted descending (summing to 1 unless the
-        model is multi-label)."""
+    def classify(self, texts: Sequence[str], top: int | None = None) -> list[list[tuple[str, float]]]:
+        """Per text: every class (or the ``top`` most confident) with its confidence, sorted
+        descending, ties in label order (summing to 1 unless the model is multi-label).
+
+        ``top`` is what a classify reply shows: sorting and listing all of 3,000 classes was
+        twenty times the inference of 30 texts (79 ms of a collection call's 82)."""
         probabilities = self.probabilities(texts)
-        orders = np.argsort(-probabilities, axis=1, kind="stable").tolist()
         labels = self.labels
-        return [
-            [(labels[i], row[i]) for i in order]
-            for order, row in zip(orders, probabilities.tolist(), strict=True)
-        ]
+        ranked = []
+        for row in probabilities:
+            order = _ranked(row, top)
+            ranked.append(list(zip([labels[i] for i in order.tolist()], row[order].tolist(), strict=True)))
+        return ranked
 
     def labels_of(self, scores: Sequence[tuple[str, float]]) -> list[str]:
         """The predicted labels of one text, from its ``classify`` result: the top class for a
@@ -334,6 +337,16 @@ class LoadedModel:
             return [scores[0][0]]
         chosen = decide(np.array([[confidence for _, confidence in scores]]), self.threshold)[0]
         return [label for (label, _), keep in zip(scores, chosen.tolist(), strict=True) if keep]
+
+
+def _ranked(row: np.ndarray, top: int | None) -> np.ndarray:
+    """The indices of ``row``'s ``top`` largest values (all of them when None), descending, ties
+    in index order: the first ``top`` of a stable sort of the whole row, found in linear time."""
+    if top is None or top >= row.size:
+        return np.argsort(-row, kind="stable")
+    kth = np.partition(row, row.size - top)[row.size - top]
+    candidates = np.flatnonzero(row >= kth)  # ascending, so the stable sort keeps ties in order
+    return candidates[np.argsort(-row[candidates], kind="stable")][:top]
 
 
 def bag_tensors(bags: Bags) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -18,9 +18,9 @@ class _Counting(LoadedModel):
 
     calls: list[int]
 
-    def classify(self, texts):  # type: ignore[no-untyped-def]
+    def classify(self, texts, top=None):  # type: ignore[no-untyped-def]
         self.calls.append(len(texts))
-        return super().classify(texts)
+        return super().classify(texts, top)
 
 
 def _counting(tiny_model: Path) -> _Counting:
@@ -73,7 +73,7 @@ def test_a_failing_model_fails_only_its_own_callers(tiny_model: Path) -> None:
     good = _counting(tiny_model)
 
     class _Broken(_Counting):
-        def classify(self, texts):  # type: ignore[no-untyped-def]
+        def classify(self, texts, top=None):  # type: ignore[no-untyped-def]
             raise RuntimeError("weights on fire")
 
     broken = _Broken(good.labels, good.featurizer, good.model)

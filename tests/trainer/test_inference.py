@@ -7,15 +7,18 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trainer.data import LabelledData
 from trainer.engine import train
 from trainer.errors import CheckpointCorrupt, InvalidTrainingData, WeightsOutOfBounds
 from trainer.features import Featurizer, FeaturizerConfig
 from trainer.hparams import HParams
-from trainer.inference import META_FILE, WEIGHTS_FILE, LoadedModel, save_model
+from trainer.inference import META_FILE, WEIGHTS_FILE, LoadedModel, _ranked, save_model
 from trainer.model import ModelConfig, TextClassifier
 
 
@@ -37,6 +40,20 @@ def test_classify_ranks_every_class_and_confidences_sum_to_one(model_dir: Path) 
     assert results[0][0][0] == "weather" and results[1][0][0] == "music"
     assert model.classify([]) == []
     assert model.nbytes > 0
+
+
+def test_the_top_classes_are_the_first_of_the_whole_ranking(model_dir: Path) -> None:
+    model = LoadedModel.load(model_dir)
+    texts = ["is it going to rain", "play a jazz song", "book a table"]
+    whole = model.classify(texts)
+    for top in (1, 2, 3, 10):
+        assert model.classify(texts, top=top) == [scores[:top] for scores in whole]
+
+
+@given(st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 1.0]), min_size=1, max_size=40), st.integers(1, 45))
+def test_ranking_the_top_keeps_ties_in_index_order(row: list[float], top: int) -> None:
+    values = np.array(row)
+    assert _ranked(values, top).tolist() == np.argsort(-values, kind="stable")[:top].tolist()
 
 
 def test_load_refuses_an_altered_weights_file(model_dir: Path) -> None:

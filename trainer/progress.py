@@ -84,7 +84,11 @@ class ProgressReporter:
             self.started = now
         elapsed = now - self.started
         rate = (step - self.start_version) / elapsed if elapsed > 0 else 0.0
-        remaining = max(self.total_steps - step, 0) if phase == "training" else 0
+        remaining = max(self.total_steps - step, 0)
+        if phase == "training":
+            eta = remaining / rate if rate > 0 else (0.0 if remaining == 0 else None)
+        else:  # unknown while it prepares, evaluates (cross-fitting: half a job) or saves
+            eta = 0.0 if phase == "done" else None
         self.on_progress(
             Progress(
                 phase=phase,
@@ -93,7 +97,7 @@ class ProgressReporter:
                 total_steps=self.total_steps,
                 loss=loss,
                 samples_per_second=self.samples / elapsed if elapsed > 0 else 0.0,
-                eta_seconds=remaining / rate if rate > 0 else (0.0 if remaining == 0 else None),
+                eta_seconds=eta,
                 checkpoints=checkpoints,
                 resumed=resumed,
                 learners=self.learners,

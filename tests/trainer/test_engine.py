@@ -172,6 +172,9 @@ def test_progress_reports_every_phase_in_order_with_global_steps(
     assert phases[0] == "preparing" and phases[-1] == "done"
     assert list(dict.fromkeys(phases)) == ["preparing", "training", "evaluating", "saving", "done"]
     assert seen[-1].step == result.applied_updates <= seen[-1].total_steps
+    # no estimate outside training (it said 0.0 through minutes of cross-fitting)
+    assert all(p.eta_seconds is None for p in seen if p.phase in ("preparing", "evaluating", "saving"))
+    assert seen[-1].eta_seconds == 0.0
     assert seen[-1].checkpoints >= 1 and seen[-1].learners == 1
     assert json.loads(json.dumps(seen[-1].as_dict())) == seen[-1].as_dict()
     counters = seen[-1].ps

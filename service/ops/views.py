@@ -140,6 +140,8 @@ def tenants(session: Session, settings: Settings) -> dict[str, Any]:
         classifiers.setdefault(c.tenant_id, []).append(
             {"classifier_id": c.id, "name": c.name, "status": c.status, "created": c.created_at.isoformat()}
         )
+    in_force, default = quotas.quotas_by_tenant(session, settings), quotas.defaults(settings)
+    held, nothing = quotas.usage_by_tenant(session), quotas.Usage(0, 0, 0, 0, 0)
     return {
         "tenants": [
             {
@@ -155,8 +157,8 @@ def tenants(session: Session, settings: Settings) -> dict[str, Any]:
                     }
                     for k in keys
                 ],
-                "quotas": asdict(quotas.quotas_for(session, settings, tenant.id)),
-                "usage": asdict(quotas.usage(session, tenant.id)),
+                "quotas": asdict(in_force.get(tenant.id, default)),
+                "usage": asdict(held.get(tenant.id, nothing)),
                 "classifiers": classifiers.get(tenant.id, []),
             }
             for tenant, keys in tenancy.list_tenants(session)

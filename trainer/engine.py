@@ -481,6 +481,7 @@ def train(
             except SuspectState as exc:
                 if attempt == MAX_RESTARTS:
                     raise TrainerError(f"training restarted {attempt} times and failed again: {exc}") from exc
+                log.warning("training session abandoned (%s); restarting from the last checkpoint", exc)
     raise AssertionError("unreachable")
 
 

@@ -20,6 +20,7 @@ from trainer.data import LabelledData
 from trainer.engine import Progress, auto_learners, default_learners, train
 from trainer.errors import TrainingStopped
 from trainer.hparams import HParams
+from trainer.ps import pool
 from trainer.ps.pool import ProcessPool
 
 pytestmark = pytest.mark.timeout(120)
@@ -102,6 +103,43 @@ def test_a_sigkilled_learner_is_replaced_and_no_update_is_lost_or_repeated(
     expected = planned_updates(len(small_data), fixed_plan, learners)
     assert result.applied_updates == expected
     assert result.ps["applied"] == result.ps["pushed"] == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bound", [None, 0])  # 0: the other learner waits at the gate for it
+def test_a_hung_learner_fails_its_session_which_restarts_from_the_checkpoint(
+    tmp_path: Path,
+    small_data: LabelledData,
+    fixed_plan: HParams,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    bound: int | None,
+) -> None:
+    """A SIGSTOPped learner held its round for ever: no update, no checkpoint, the lease renewed
+    (so no other worker took the job), and not even a cancel freed the worker."""
+    monkeypatch.setattr(pool, "_PARK_TIMEOUT_S", 3.0)
+    stopped: list[int] = []
+
+    def stop_a_learner(progress: Progress) -> None:
+        if not stopped and progress.phase == "training" and progress.step >= 120:
+            learners = [p for p in multiprocessing.active_children() if p.name.startswith("taas-learner-")]
+            os.kill(learners[0].pid, signal.SIGSTOP)  # type: ignore[arg-type]
+            stopped.append(learners[0].pid)  # type: ignore[arg-type]
+
+    result = train(
+        small_data,
+        workdir=tmp_path / "w",
+        out_dir=tmp_path / "m",
+        hparams=dataclasses.replace(fixed_plan, staleness_bound=bound, cross_fit_folds=0),
+        learners=2,
+        on_progress=stop_a_learner,
+    )
+
+    assert stopped and "made no progress for 3 s (hung" in caplog.text
+    assert result.resumed == 1  # a new session, from the last checkpoint
+    expected = planned_updates(len(small_data), fixed_plan, 2)
+    assert result.applied_updates == expected
+    assert not [p for p in multiprocessing.active_children() if p.pid in stopped]
 
 
 @pytest.mark.slow

@@ -30,7 +30,9 @@ from trainer.ps.learner import Learner, ShardData, Task, learner_entry, run_shar
 from trainer.ps.server import ParameterServer
 
 MAX_RESPAWNS = 3  # learner deaths survived per session before the job fails (and resumes elsewhere)
-_PARK_TIMEOUT_S = 60.0  # survivors must park this soon after PAUSE, or the session fails
+# survivors must park this soon after PAUSE, and a round that applies no update and parks no
+# learner for this long has a hung learner: the session fails either way
+_PARK_TIMEOUT_S = 60.0
 _TICK_S = 0.05
 
 
@@ -158,7 +160,10 @@ class ProcessPool:
 
         ``tick()`` runs every ~50 ms meanwhile; when it returns true, PAUSE is raised so the
         learners park at their next step boundary. Raises SuspectState when a learner died
-        holding the apply role, TrainerError after MAX_RESPAWNS deaths.
+        holding the apply role, or when no update is applied and no learner parks for
+        ``_PARK_TIMEOUT_S`` (a learner alive but hung: stopped, or blocked in the kernel; the
+        round waited for it for ever, its lease renewed, and not even a cancel freed the
+        worker), TrainerError after MAX_RESPAWNS deaths.
         """
         from trainer.step import DataCursor
 
@@ -176,6 +181,7 @@ class ProcessPool:
         server[C.PAUSE] = 0
         for go in self.go:
             go.release()
+        last, moved = self._progress(), time.monotonic()
         while not self._all_parked():
             self.parked.acquire(timeout=_TICK_S)
             dead = [r for r, p in enumerate(self.procs) if p.exitcode is not None]
@@ -183,8 +189,21 @@ class ProcessPool:
                 self._recover(dead)
             elif not server[C.PAUSE] and ((self.losses[:, 1] < 0).any() or tick()):
                 server[C.PAUSE] = 1
+            if (now := self._progress()) != last:
+                last, moved = now, time.monotonic()
+            elif time.monotonic() - moved > _PARK_TIMEOUT_S:
+                hung = [r for r in range(self.learners) if not self.ps.counters.learner(r)[C.PARKED]]
+                raise SuspectState(
+                    f"learners {hung} made no progress for {_PARK_TIMEOUT_S:g} s (hung: stopped, "
+                    "or blocked in the kernel or on a device)"
+                )
         ps.drain()
         return _collect(ps, self.losses, lengths)
+
+    def _progress(self) -> tuple[int, int]:
+        """Updates applied and learners parked: a round that moves neither is hung."""
+        parked = sum(int(self.ps.counters.learner(r)[C.PARKED]) for r in range(self.learners))
+        return int(self.ps.server[C.APPLIED]), parked
 
     def _all_parked(self) -> bool:
         return all(self.ps.counters.learner(r)[C.PARKED] for r in range(self.learners))

@@ -24,11 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.many_classes import many_classes  # noqa: E402
+from service.api.routes.classify import CLASSES_SHOWN  # noqa: E402
 from trainer import train  # noqa: E402
 from trainer.hparams import DEFAULT_HPARAMS  # noqa: E402
 from trainer.inference import LoadedModel  # noqa: E402
-
-SHOWN = 10  # service.api.routes.classify.CLASSES_SHOWN
 
 
 def _median_ms(model: LoadedModel, texts: list[str], top: int | None, repeats: int) -> float:
@@ -56,7 +55,7 @@ def main() -> None:
             model = LoadedModel.load(out)
         texts = data.texts[: args.texts]
         every = _median_ms(model, texts, None, args.repeats)
-        shown = _median_ms(model, texts, SHOWN, args.repeats)
+        shown = _median_ms(model, texts, CLASSES_SHOWN, args.repeats)
         report = {
             "classes": classes,
             "texts": len(texts),

@@ -322,12 +322,16 @@ class LoadedModel:
         ``top`` is what a classify reply shows: sorting and listing all of 3,000 classes was
         twenty times the inference of 30 texts (79 ms of a collection call's 82)."""
         probabilities = self.probabilities(texts)
+        if top is None or top >= probabilities.shape[1]:  # one sort of every row (the hot path)
+            orders = np.argsort(-probabilities, axis=1, kind="stable")
+        else:
+            orders = np.array([_ranked(row, top) for row in probabilities], dtype=np.int64).reshape(-1, top)
+        confidences = np.take_along_axis(probabilities, orders, axis=1).tolist()
         labels = self.labels
-        ranked = []
-        for row in probabilities:
-            order = _ranked(row, top)
-            ranked.append(list(zip([labels[i] for i in order.tolist()], row[order].tolist(), strict=True)))
-        return ranked
+        return [
+            [(labels[i], confidence) for i, confidence in zip(order, row, strict=True)]
+            for order, row in zip(orders.tolist(), confidences, strict=True)
+        ]
 
     def labels_of(self, scores: Sequence[tuple[str, float]]) -> list[str]:
         """The predicted labels of one text, from its ``classify`` result: the top class for a
@@ -339,10 +343,10 @@ class LoadedModel:
         return [label for (label, _), keep in zip(scores, chosen.tolist(), strict=True) if keep]
 
 
-def _ranked(row: np.ndarray, top: int | None) -> np.ndarray:
-    """The indices of ``row``'s ``top`` largest values (all of them when None), descending, ties
-    in index order: the first ``top`` of a stable sort of the whole row, found in linear time."""
-    if top is None or top >= row.size:
+def _ranked(row: np.ndarray, top: int) -> np.ndarray:
+    """The indices of ``row``'s ``top`` largest values, descending, ties in index order: the
+    first ``top`` of a stable sort of the whole row, found in linear time."""
+    if top >= row.size:
         return np.argsort(-row, kind="stable")
     kth = np.partition(row, row.size - top)[row.size - top]
     candidates = np.flatnonzero(row >= kth)  # ascending, so the stable sort keeps ties in order

@@ -23,6 +23,7 @@ import errno
 import fcntl
 import importlib.util
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -232,28 +233,38 @@ class _Supervisor:
         return child
 
     def start_redis(self, redis_dir: Path) -> str:
-        """Start the embedded Redis (append-only files in ``redis_dir``); returns its URL."""
+        """Start the embedded Redis (append-only files in ``redis_dir``); returns its URL.
+
+        It requires a password, new at each start, which only this user can read (``auth.conf``,
+        mode 0600; a command-line argument would show in every user's ``ps``): loopback is
+        reachable by every process on the host, and the queue, sessions and key caches live here.
+        """
         executable = _redis_executable()
         redis_dir.mkdir(parents=True, exist_ok=True)
         log_file = redis_dir / "redis.log"
+        password = secrets.token_hex(32)
+        config = _write_private(redis_dir / "auth.conf", f"requirepass {password}\n")
         for _ in range(3):  # another process may take the free port before Redis binds it
             port = _free_port()
             argv = [
                 str(executable),
+                str(config),
                 *("--bind", "127.0.0.1", "--port", str(port), "--protected-mode", "yes"),
                 *("--dir", str(redis_dir), "--appendonly", "yes", "--appendfsync", "everysec"),
                 *("--save", "", "--daemonize", "no", "--logfile", str(log_file)),
             ]
             child = self.start("redis", argv, dict(os.environ))
-            if self._wait_for_redis(child, port):
-                return f"redis://127.0.0.1:{port}/0"
+            if self._wait_for_redis(child, port, password):
+                return f"redis://:{password}@127.0.0.1:{port}/0"
             self.children.remove(child)
             if self.stop_signal is not None:
                 raise typer.Exit(0)
         _fail(f"the embedded redis-server did not start; see {log_file}")
 
-    def _wait_for_redis(self, child: _Child, port: int, timeout: float = 30.0) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5, socket_timeout=1)
+    def _wait_for_redis(self, child: _Child, port: int, password: str, timeout: float = 30.0) -> bool:
+        client = redis.Redis(
+            host="127.0.0.1", port=port, password=password, socket_connect_timeout=0.5, socket_timeout=1
+        )
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline and child.process.poll() is None and self.stop_signal is None:
@@ -369,6 +380,20 @@ def _child_env(settings: Settings, admin_key: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+def _write_private(path: Path, text: str) -> Path:
+    """Replace ``path`` with ``text``, readable by this user only from its first byte."""
+    staging = path.with_name(path.name + ".tmp")
+    try:
+        staging.unlink(missing_ok=True)
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(staging, path)
+    except OSError as error:
+        _fail(f"cannot write {path}: {error.strerror or error}")
+    return path
 
 
 def _admin_key(settings: Settings) -> tuple[str, Path, bool]:

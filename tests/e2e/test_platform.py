@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from benchmarks import chaos
 from tests.processes import command_line, descendants
@@ -95,6 +96,7 @@ def test_sigterm_stops_every_child_and_a_second_up_trains_what_the_first_queued(
         classifier_id = create_classifier(client, intents_nlc, "intents")
     children = platform.process_tree()
     assert len(children) >= 2, "expected the embedded redis-server and the API"
+    _assert_the_embedded_redis_wants_its_password(platform.data_dir, children)
 
     assert platform.stop() == 0
     wait_until(
@@ -116,6 +118,15 @@ def test_sigterm_stops_every_child_and_a_second_up_trains_what_the_first_queued(
     children = platform.process_tree()
     assert platform.stop() == 0
     wait_until(lambda: not platform.still_running(children), timeout=15, message="children stopped")
+
+
+def _assert_the_embedded_redis_wants_its_password(data_dir: Path, pids: set[int]) -> None:
+    """Every process on the host reaches loopback; only this user reads the password's file."""
+    assert stat.S_IMODE((data_dir / "redis" / "auth.conf").stat().st_mode) == 0o600
+    (title,) = [command_line(p) for p in pids if "redis-server" in command_line(p)]
+    port = int(title.split()[1].rpartition(":")[2])  # redis-server sets it to "<binary> 127.0.0.1:<port>"
+    with redis.Redis(port=port, socket_timeout=5) as stranger, pytest.raises(redis.AuthenticationError):
+        stranger.ping()
 
 
 def test_job_training_at_sigterm_checkpoints_and_the_next_up_resumes_it(

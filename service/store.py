@@ -27,6 +27,7 @@ local root is the store and the remote operations do nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -333,6 +334,14 @@ class ArtifactStore(TreeOps):
                 if prefix or not key.startswith("tmp/"):
                     keys.append(key)
         return sorted(keys)
+
+    def modified(self, prefix: str = "") -> dict[str, float]:
+        """``list_keys``'s keys, each with its file's modification time."""
+        found = {}
+        for key in self.list_keys(prefix):
+            with contextlib.suppress(FileNotFoundError):  # removed since it was listed
+                found[key] = self._keypath(key).stat().st_mtime
+        return found
 
     def delete(self, key: str) -> None:
         """Remove the file under ``key`` if present."""

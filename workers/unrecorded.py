@@ -5,7 +5,8 @@ names a missing file), so an API process killed in between (a SIGKILL, an OOM ki
 the shutdown grace while it waited on a lock) leaves a dataset's CSV, or an imported bundle's
 classifier folder, that nothing records and nothing would ever remove; so does a tenant
 deletion cut off between its row and its folder. Every ``temp_max_age_seconds`` the
-reconciler walks ``tenants/`` of its artifact root and removes, here and on the remote store:
+reconciler lists ``tenants/`` of its artifact root and, with S3, of the remote store (where an
+API node's uploads go without a local copy), and removes, in both:
 
 * a tenant's folder, when no tenant has its id;
 * a file in its ``datasets/`` that no dataset of the tenant has as its path;
@@ -14,16 +15,16 @@ reconciler walks ``tenants/`` of its artifact root and removes, here and on the 
   cancelled job trains in: a Failed job's, whose worker was lost (its worker discards them
   itself when it records the failure), or a finished one's that a crash kept;
 
-each only when nothing in it changed for ``temp_max_age_seconds``, far longer than any upload
-waits for its commit. Only what this node's root holds is seen: with S3, a file whose local
-copy was dropped stays.
+each only when nothing in it, in either copy, changed for ``temp_max_age_seconds``, far longer
+than any upload waits for its commit.
 """
 
 from __future__ import annotations
 
 import logging
+import stat
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -36,80 +37,107 @@ log = logging.getLogger(__name__)
 _RESUMABLE = (JobState.QUEUED.value, JobState.TRAINING.value, JobState.CANCELLED.value)
 
 
+@dataclass(frozen=True)
+class _Recorded:
+    """What the rows of one tenant name in its folder."""
+
+    datasets: set[str]  # keys of dataset files
+    classifiers: set[str]  # classifier ids
+    checkpoints: set[str]  # keys of the checkpoint folders that jobs may still train in
+
+
+@dataclass
+class _Leftover:
+    newest: float  # the latest change of anything in it, here or on the remote
+    folder: bool
+
+
 def sweep_unrecorded(session: Session, store: ArtifactStore, max_age_seconds: float) -> int:
     """Remove what no row records and nothing touched for ``max_age_seconds`` (see the module
     docstring); returns how many files and folders went."""
-    tenants = store.root / "tenants"
-    if not tenants.is_dir():
-        return 0
     cutoff = time.time() - max_age_seconds
-    swept: list[Path] = []
-    for folder in sorted(tenants.iterdir()):
-        if session.get(Tenant, folder.name) is None:
-            swept += _remove(store, [folder], cutoff)
+    stored = _stored(store)
+    recorded = {
+        tenant_id: _recorded(session, tenant_id)
+        for tenant_id in sorted({key.split("/")[1] for key in stored if key.count("/") >= 1})
+    }
+    leftovers: dict[str, _Leftover] = {}
+    for key, (changed, is_dir) in stored.items():
+        parts = key.split("/")
+        depth = _leftover_depth(parts, recorded[parts[1]])
+        if depth == 0:
             continue
-        recorded = set(session.scalars(select(Dataset.path).where(Dataset.tenant_id == folder.name)))
-        swept += _remove(
-            store, [f for f in _entries(folder / "datasets") if store.relative(f) not in recorded], cutoff
-        )
-        classifiers = set(session.scalars(select(Classifier.id).where(Classifier.tenant_id == folder.name)))
-        swept += _remove(
-            store, [d for d in _entries(folder / "classifiers") if d.name not in classifiers], cutoff
-        )
-        live = set(
-            session.scalars(
-                select(TrainingJob.checkpoint_dir).where(
-                    TrainingJob.tenant_id == folder.name, TrainingJob.state.in_(_RESUMABLE)
-                )
-            )
-        )
-        swept += _remove(
-            store, [c for c in _checkpoints(folder / "classifiers") if store.relative(c) not in live], cutoff
-        )
+        leftover = leftovers.setdefault("/".join(parts[:depth]), _Leftover(newest=changed, folder=False))
+        leftover.newest = max(leftover.newest, changed)
+        leftover.folder |= len(parts) > depth or is_dir
+    swept = []
+    for key, leftover in sorted(leftovers.items()):
+        if leftover.newest >= cutoff:
+            continue
+        if leftover.folder:
+            store.delete_tree(store.resolve(key))
+        else:
+            store.delete_file(store.resolve(key))
+        swept.append(key)
     session.rollback()
     if swept:
         log.info("reconciler: removed %d stored file(s) or folder(s) no row records: %s", len(swept), swept)
     return len(swept)
 
 
-def _entries(folder: Path) -> list[Path]:
-    return sorted(folder.iterdir()) if folder.is_dir() else []
-
-
-def _checkpoints(classifiers: Path) -> list[Path]:
-    """Every checkpoint folder of the classifiers in ``classifiers``: each version's, and a v1
-    classifier's own."""
-    found = []
-    for classifier in _entries(classifiers):
-        found += [classifier / "checkpoints"]
-        found += [version / "checkpoints" for version in _entries(classifier / "versions")]
-    return [folder for folder in found if folder.is_dir()]
-
-
-def _remove(store: ArtifactStore, paths: list[Path], cutoff: float) -> list[Path]:
-    """Those of ``paths`` whose newest change is before ``cutoff``, removed."""
-    removed = []
-    for path in paths:
-        try:
-            if _last_change(path) >= cutoff:
-                continue
-        except FileNotFoundError:  # another sweeper, or its owner, removed it meanwhile
-            continue
-        if path.is_dir():
-            store.delete_tree(path)
-        else:
-            store.delete_file(path)
-        removed.append(path)
-    return removed
-
-
-def _last_change(path: Path) -> float:
-    """The newest modification time of ``path`` and, for a folder, of anything inside it."""
-    newest = path.lstat().st_mtime
-    if path.is_dir() and not path.is_symlink():
-        for inner in path.rglob("*"):
+def _stored(store: ArtifactStore) -> dict[str, tuple[float, bool]]:
+    """Every file and folder under ``tenants/``, here and on the remote, by key: (its last
+    change, whether it is a folder here). Staging files count: a folder being written is new."""
+    found: dict[str, tuple[float, bool]] = {}
+    tenants = store.root / "tenants"
+    if tenants.is_dir():
+        for path in tenants.rglob("*"):
             try:
-                newest = max(newest, inner.lstat().st_mtime)
-            except FileNotFoundError:
+                info = path.lstat()
+            except FileNotFoundError:  # another sweeper, or its owner, removed it meanwhile
                 continue
-    return newest
+            found[path.relative_to(store.root).as_posix()] = (info.st_mtime, stat.S_ISDIR(info.st_mode))
+    if store.remote is not None:
+        for key, changed in store.remote.modified("tenants").items():
+            here, is_dir = found.get(key, (changed, False))
+            found[key] = (max(here, changed), is_dir)
+    return found
+
+
+def _recorded(session: Session, tenant_id: str) -> _Recorded | None:
+    """What the rows of ``tenant_id`` name (None: no tenant has that id)."""
+    if session.get(Tenant, tenant_id) is None:
+        return None
+    return _Recorded(
+        datasets=set(session.scalars(select(Dataset.path).where(Dataset.tenant_id == tenant_id))),
+        classifiers=set(session.scalars(select(Classifier.id).where(Classifier.tenant_id == tenant_id))),
+        checkpoints=set(
+            session.scalars(
+                select(TrainingJob.checkpoint_dir).where(
+                    TrainingJob.tenant_id == tenant_id, TrainingJob.state.in_(_RESUMABLE)
+                )
+            )
+        ),
+    )
+
+
+def _leftover_depth(parts: list[str], recorded: _Recorded | None) -> int:
+    """How many leading ``parts`` of a stored key (``tenants/<tenant>/...``) name the leftover
+    it lies in; 0 when no leftover holds it."""
+    if recorded is None:
+        return 2
+    if len(parts) < 4:
+        return 0
+    if parts[2] == "datasets":
+        return 0 if "/".join(parts[:4]) in recorded.datasets else 4
+    if parts[2] != "classifiers":
+        return 0
+    if parts[3] not in recorded.classifiers:
+        return 4
+    if parts[4:5] == ["checkpoints"]:  # a v1 classifier's own
+        depth = 5
+    elif parts[4:5] == ["versions"] and parts[6:7] == ["checkpoints"]:
+        depth = 7
+    else:
+        return 0
+    return 0 if "/".join(parts[:depth]) in recorded.checkpoints else depth

@@ -74,6 +74,11 @@ class ArtifactBackend(Protocol):
         ``a/bc/...``."""
         ...
 
+    def modified(self, prefix: str = "") -> dict[str, float]:
+        """``list_keys``'s keys, each with when its object was last written (seconds since the
+        epoch): how long a leftover has lain untouched."""
+        ...
+
     def delete(self, key: str) -> None:
         """Remove the object under ``key`` if there is one."""
         ...

@@ -113,11 +113,16 @@ class S3ArtifactStore(TreeOps):
             staged.unlink(missing_ok=True)
 
     def list_keys(self, prefix: str = "") -> list[str]:
-        folder = self._folder(check_prefix(prefix))
-        keys: list[str] = []
+        return sorted(self.modified(prefix))
+
+    def modified(self, prefix: str = "") -> dict[str, float]:
+        folder, root = self._folder(check_prefix(prefix)), len(self._folder(""))
+        found: dict[str, float] = {}
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder):
-            keys.extend(item["Key"][len(self._folder("")) :] for item in page.get("Contents", ()))
-        return sorted(keys)
+            found.update(
+                (item["Key"][root:], item["LastModified"].timestamp()) for item in page.get("Contents", ())
+            )
+        return found
 
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))

@@ -96,6 +96,17 @@ def test_list_is_recursive_sorted_and_folder_bounded(backend: ArtifactBackend) -
     assert backend.list_keys("a/b/1") == []  # a key is not a folder
 
 
+def test_modified_lists_the_same_keys_with_when_each_was_written(backend: ArtifactBackend) -> None:
+    before = time.time()
+    for key in ["a/b/1", "a/b/c/2", "a/bc/3"]:
+        backend.put_bytes(key, b"x")
+
+    modified = backend.modified("a/b")
+
+    assert sorted(modified) == backend.list_keys("a/b") == ["a/b/1", "a/b/c/2"]
+    assert all(before - 2 <= when <= time.time() + 2 for when in modified.values())  # S3 keeps seconds
+
+
 def test_delete_and_delete_prefix(backend: ArtifactBackend) -> None:
     prefix = layout.classifier_prefix("t1", "c1")
     for name in ["checkpoints/ckpt-1", "checkpoints/ckpt-2", "model/model.pt"]:

@@ -13,6 +13,7 @@ import io
 import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,16 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
 from service.artifacts import layout
 from service.artifacts.s3 import S3ArtifactStore
 from service.settings import Settings
+from service.store import ArtifactStore
 from tests.conftest import TenantHandle
 from tests.service.helpers import NLC_CSV, nlc_files, train_tiny_model
 from trainer.bundle import write_bundle
+from workers.unrecorded import sweep_unrecorded
 
 pytestmark = pytest.mark.integration
 
@@ -215,3 +219,36 @@ def test_an_api_node_sweeps_its_own_staging_leftovers(client: TestClient, settin
 
     assert not cut_off.exists(), "the staging leftover of a crash was not swept"
     assert receiving.exists(), "a staging file in use was swept"
+
+
+def test_the_reconciler_sweeps_what_no_row_records_in_s3_where_no_node_has_a_copy(
+    client: TestClient,
+    tenant: TenantHandle,
+    settings: Settings,
+    session: Session,
+    s3_bucket: str,
+    s3_endpoint: str,
+) -> None:
+    """An API node killed between an upload and its commit left the object in S3 only (an upload
+    keeps no local copy), where a sweep of the node's own root never looked."""
+    recorded = _post_dataset(client, tenant)
+    assert recorded.status_code == 201, recorded.text
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    unrecorded = [
+        layout.dataset_key(tenant.id, str(uuid.uuid4())),
+        f"{layout.model_prefix(tenant.id, str(uuid.uuid4()), 1)}/weights.pt",
+        layout.dataset_key(str(uuid.uuid4()), str(uuid.uuid4())),  # a deleted tenant's
+    ]
+    for key in unrecorded:
+        s3.put_object(Bucket=s3_bucket, Key=f"taas/{key}", Body=b"x")
+    time.sleep(2.5)  # S3 keeps whole seconds
+    fresh = layout.dataset_key(tenant.id, str(uuid.uuid4()))  # its commit may be on its way
+    s3.put_object(Bucket=s3_bucket, Key=f"taas/{fresh}", Body=b"x")
+
+    swept = sweep_unrecorded(session, ArtifactStore.open(settings), max_age_seconds=1.5)
+
+    assert swept == 3
+    remaining = _remote_keys(s3_bucket, s3_endpoint, "taas/")
+    assert sorted(remaining) == sorted(
+        f"taas/{key}" for key in (layout.dataset_key(tenant.id, recorded.json()["dataset_id"]), fresh)
+    )

@@ -9,7 +9,9 @@ on each message. The listener pings Redis every ``ping_s`` on the subscribed con
 marks the cache as heard-from on each reply; Redis answers a connection's commands in order,
 so by the time a ping's reply arrives every invalidation published before that ping has been
 applied. Silence (a partition) makes the cache unusable after ``stale_after_s``; an error
-clears it and it stays unusable until the listener has resubscribed.
+clears it and it stays unusable until the listener has resubscribed. A Redis that cannot
+persist refuses PING with MISCONF but still publishes; that refusal counts as the reply (it
+had turned the cache off and on again, two log lines, every second of a full disk).
 """
 
 from __future__ import annotations
@@ -102,7 +104,14 @@ class Invalidations:
             if subscribed and time.monotonic() >= next_ping:
                 pubsub.ping(_PING)
                 next_ping = time.monotonic() + self.ping_s
-            message = pubsub.get_message(timeout=self.ping_s)
+            try:
+                message = pubsub.get_message(timeout=self.ping_s)
+            except redis.ResponseError as error:
+                if not str(error).startswith("MISCONF"):
+                    raise
+                # A Redis that cannot persist (its disk full) refuses PING, yet it still delivers
+                # every message and answers in order: the refusal is the ping's reply.
+                message = {"type": "pong"}
             if message is None:
                 continue
             if message["type"] == "subscribe":

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from benchmarks.chaos import ExternalRedis
 from service.invalidation import Invalidations
@@ -86,6 +88,49 @@ def test_a_dead_redis_turns_the_cache_off_and_a_restarted_one_back_on(
     finally:
         invalidations.close()
         server.kill()
+
+
+def test_a_redis_that_cannot_persist_keeps_the_cache_on_and_its_invalidations_flowing(
+    tmp_path: Path, wait_until: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis refuses PING with MISCONF once a snapshot fails (a full disk), but still publishes:
+    the listener took the refusal for a lost Redis, every second, two log lines each time."""
+    server = ExternalRedis(tmp_path / "redis")
+    server.start()
+    here, there = (Invalidations(server.url, LookupCache(), retry_s=0.2) for _ in range(2))
+    admin = redis.Redis.from_url(server.url)
+    try:
+        for replica in (here, there):
+            replica.start()
+        wait_until(lambda: here.cache.usable() and there.cache.usable(), message="both subscribed")
+        admin.config_set("save", "900 1")
+        shutil.rmtree(server.folder)  # its working folder: the snapshot cannot be written
+        admin.bgsave()
+        wait_until(lambda: _refuses_ping(admin), message="Redis refuses PING (MISCONF)")
+        there.cache.put("a" * 64, CID, _entry("t1"), there.cache.generation())
+
+        deadline = time.monotonic() + 3 * there.cache.stale_after_s
+        while time.monotonic() < deadline:
+            assert there.cache.get("a" * 64, CID) is not None
+            time.sleep(0.05)
+        here.announce("t1")
+        wait_until(
+            lambda: there.cache.get("a" * 64, CID) is None, timeout=2, message="the other replica forgot"
+        )
+        assert not [r for r in caplog.records if r.name == "service.invalidation"]
+    finally:
+        for replica in (here, there):
+            replica.close()
+        admin.close()
+        server.kill()
+
+
+def _refuses_ping(client: redis.Redis) -> bool:
+    try:
+        client.ping()
+    except redis.ResponseError as error:
+        return str(error).startswith("MISCONF")
+    return False
 
 
 def test_without_redis_the_cache_is_never_used() -> None:

@@ -254,7 +254,8 @@ class Platform:
         return found
 
     def redis_url(self) -> str:
-        """The broker URL the platform uses (embedded: read from the redis-server's arguments)."""
+        """The broker URL the platform uses (embedded: the port from the redis-server's arguments,
+        the password from ``<data-dir>/redis/auth.conf``, as its operator would read them)."""
         if self.redis is not None:
             return self.redis.url
         argv = _cmdline(self.pids("redis")[0])
@@ -262,7 +263,9 @@ class Platform:
             port = argv[argv.index("--port") + 1]
         else:  # redis-server retitles itself "redis-server 127.0.0.1:PORT"
             port = " ".join(argv).split()[1].rsplit(":", 1)[1]
-        return f"redis://127.0.0.1:{port}/0"
+        config = (self.data_dir / "redis" / "auth.conf").read_text().split()
+        password = config[config.index("requirepass") + 1]
+        return f"redis://:{password}@127.0.0.1:{port}/0"
 
     # tenants and classifiers -----------------------------------------------------------------
 

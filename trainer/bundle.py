@@ -88,6 +88,8 @@ def extract_bundle(source: Path, dest: Path, *, max_bytes: int = DEFAULT_MAX_BYT
     except TrainerError as exc:
         reason = str(exc).removeprefix(f"{dest}: ")  # the staging folder means nothing to the sender
         raise BundleInvalid(f"{META_FILE} is not a taas model: {reason}") from exc
+    if problem := _metrics_problem(meta.get("metrics")):
+        raise BundleInvalid(f"{META_FILE} is not a taas model: its metrics {problem}")
     dest.mkdir(parents=True, exist_ok=True)
     for name in MODEL_FILES:
         (dest / name).write_bytes(members[name])
@@ -98,28 +100,63 @@ def _read_members(source: Path, max_bytes: int) -> dict[str, bytes]:
     members: dict[str, bytes] = {}
     total = 0
     try:
-        with tarfile.open(source, mode="r:gz") as tar:
-            for member in tar:
-                if member.name not in (MANIFEST, *MODEL_FILES) or not member.isfile():
-                    raise BundleInvalid(
-                        f"unexpected member {member.name!r}: a bundle holds only the regular files "
-                        f"{', '.join((MANIFEST, *MODEL_FILES))}"
-                    )
-                if member.name in members:
-                    raise BundleInvalid(f"{member.name} appears twice")
-                total += member.size
-                if total > max_bytes:
-                    raise BundleInvalid(f"the bundle unpacks to more than the limit of {max_bytes} bytes")
-                extracted = tar.extractfile(member)
-                assert extracted is not None  # a regular file
-                members[member.name] = extracted.read()
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        with gzip.open(source, "rb") as packed:
+            inflated = _Inflated(packed, max_bytes + _TAR_OVERHEAD)
+            # stream mode only reads (typeshed asks any fileobj for write, seek and tell)
+            with tarfile.open(fileobj=inflated, mode="r|") as tar:  # type: ignore[call-overload]
+                for member in tar:
+                    if member.name not in (MANIFEST, *MODEL_FILES) or not member.isfile():
+                        raise BundleInvalid(
+                            f"unexpected member {member.name[:100]!r}: a bundle holds only the regular "
+                            f"files {', '.join((MANIFEST, *MODEL_FILES))}"
+                        )
+                    if member.name in members:
+                        raise BundleInvalid(f"{member.name} appears twice")
+                    total += member.size
+                    if total > max_bytes:
+                        raise BundleInvalid(f"the bundle unpacks to more than the limit of {max_bytes} bytes")
+                    extracted = tar.extractfile(member)
+                    assert extracted is not None  # a regular file
+                    members[member.name] = extracted.read()
+            inflated.read_to_end()  # gzip checks its length and CRC at the end: a cut file fails
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, RecursionError) as exc:
+        # RecursionError: tarfile reads a chain of PAX headers one call deeper each
         reason = str(exc) or type(exc).__name__
         raise BundleInvalid(f"not a complete taas bundle (a gzip'd tar): {reason}") from exc
     missing = [name for name in (MANIFEST, *MODEL_FILES) if name not in members]
     if missing:
         raise BundleInvalid(f"the bundle lacks {', '.join(missing)}")
     return members
+
+
+# A tar's own bytes besides its members': a 512-byte header each, padding to 512 bytes, the two
+# closing blocks and the padding of the last 10,240-byte record.
+_TAR_OVERHEAD = 64 * 1024
+
+
+class _Inflated:
+    """The decompressed bytes of a bundle, refused past ``limit``.
+
+    Counting the members' sizes is not enough: tarfile reads a PAX or GNU long-name header
+    whole before it yields the member it describes, so a 219 KB bundle with a 200 MB comment
+    header took 586 MB of the API's memory and then imported; every byte read counts here."""
+
+    def __init__(self, packed: gzip.GzipFile, limit: int) -> None:
+        self.packed, self.limit, self.count = packed, limit, 0
+
+    def read(self, size: int = -1) -> bytes:
+        room = self.limit + 1 - self.count
+        data = self.packed.read(room if size < 0 else min(size, room))
+        self.count += len(data)
+        if self.count > self.limit:
+            raise BundleInvalid(
+                f"the bundle unpacks to more than the limit of {self.limit - _TAR_OVERHEAD} bytes"
+            )
+        return data
+
+    def read_to_end(self) -> None:
+        while self.read(1 << 16):
+            pass
 
 
 def _manifest(members: dict[str, bytes]) -> dict[str, Any]:
@@ -137,6 +174,35 @@ def _manifest(members: dict[str, bytes]) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise BundleInvalid(f"{MANIFEST} is not a taas bundle manifest: {exc}") from exc
     return dict(manifest)
+
+
+# Training's metrics nest three deep (per_class -> label -> figure) and take about 220 KB for
+# 3,000 classes; the API serves them in every status reply and stores them in a JSON column.
+_METRICS_DEPTH = 6
+_METRICS_BYTES = 2 * 1024 * 1024
+
+
+def _metrics_problem(metrics: object) -> str | None:
+    """Why a bundle's metrics cannot be stored and served, or None. Nested 300 deep, they were
+    stored and then every reply that carried them was a 500 (pydantic's serialisation depth);
+    a NaN is JSON only to Python (PostgreSQL's JSON refuses it, strict parsers too)."""
+    if metrics is None:
+        return None
+    deepest, stack = 0, [(metrics, 1)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > _METRICS_DEPTH:
+            return f"nest deeper than {_METRICS_DEPTH} levels"
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    try:
+        size = len(json.dumps(metrics, allow_nan=False))
+    except ValueError:
+        return "hold NaN or an infinity"
+    if size > _METRICS_BYTES:
+        return f"take {size} bytes as JSON; the limit is {_METRICS_BYTES}"
+    return None
 
 
 def _sha256(data: bytes) -> str:

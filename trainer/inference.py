@@ -115,8 +115,11 @@ def _labels(labels: object, classes: int) -> list[str]:
     bundle's model.json comes from outside)."""
     if not (isinstance(labels, list) and all(isinstance(label, str) for label in labels)):
         raise ValueError("labels must be a list of strings")
-    if len(labels) != classes or len(set(labels)) != classes:
-        raise ValueError(f"labels must be {classes} distinct strings, one per class, not {len(labels)}")
+    if len(labels) != classes:
+        raise ValueError(f"labels must be {classes} strings, one per class, not {len(labels)}")
+    if len(set(labels)) != classes:
+        repeated = next(label for label in labels if labels.count(label) > 1)
+        raise ValueError(f"labels must be distinct: {repeated[:100]!r} appears more than once")
     return labels
 
 
@@ -129,8 +132,27 @@ def _check_weights(tensors: object, model_dir: Path) -> None:
     if not isinstance(tensors, dict):
         raise CheckpointCorrupt(f"{model_dir}: {WEIGHTS_FILE} does not hold named tensors")
     for key in _WEIGHTS:
-        if not isinstance(tensors.get(key), torch.Tensor):
+        tensor = tensors.get(key)
+        if not isinstance(tensor, torch.Tensor):
             raise CheckpointCorrupt(f"{model_dir}: {WEIGHTS_FILE} has no tensor '{key}'")
+        if not _stores_every_value(tensor):
+            raise CheckpointCorrupt(
+                f"{model_dir}: {WEIGHTS_FILE}: '{key}' does not store each of its {tensor.numel()} values"
+            )
+
+
+def _stores_every_value(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is dense, contiguous and backed by a value for every element.
+
+    torch.save keeps a view's strides: a tensor expanded from one number (stride 0) claims any
+    shape from a file of two kilobytes, and building the model from it allocated gigabytes in
+    the API process (a forged bundle). A tensor that holds its values is no larger than the
+    file that held it, and that file is within the upload limit."""
+    return (
+        tensor.layout == torch.strided
+        and tensor.is_contiguous()
+        and tensor.untyped_storage().nbytes() >= tensor.numel() * tensor.element_size()
+    )
 
 
 def _model_config(spec: object, tensors: dict[str, torch.Tensor]) -> ModelConfig:
@@ -267,8 +289,12 @@ class LoadedModel:
         _check_weights(tensors, model_dir)
         try:
             config = _model_config(meta.get("model"), tensors)
+            labels = _labels(meta.get("labels"), config.classes)
             featurizer_config = _featurizer_config(meta.get("featurizer"))
             _check_buckets(tensors["buckets"], featurizer_config.buckets)
+            if tensors["idf"].numel() and not bool((tensors["idf"] > 0).all()):  # False for NaN too
+                # a text of n-grams all of IDF 0 has a norm of 0: 0/0, NaN confidences
+                raise ValueError("'idf' must be positive (training writes each n-gram's IDF, at least 1)")
             embedding = tensors["embedding"].to(torch.float32)
             weights = {**tensors, "embedding": embedding}  # the float32 copy is the one checked and kept
             if problem := out_of_bounds({k: weights[k] for k in _WEIGHTS if k != "buckets"}):
@@ -278,7 +304,6 @@ class LoadedModel:
             model.load_state_dict(
                 {"embedding.weight": embedding, **{k: tensors[k] for k in ("output.weight", "output.bias")}}
             )
-            labels = _labels(meta.get("labels"), config.classes)
             threshold = float(meta["threshold"]) if meta.get("multi_label") else None
             if threshold is not None and not 0.0 < threshold < 1.0:  # NaN too
                 raise ValueError(f"threshold {threshold} is not between 0 and 1")

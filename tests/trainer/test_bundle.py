@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from synthetic import synthetic_data
 
 from trainer.bundle import MANIFEST, BundleInvalid, extract_bundle, write_bundle
@@ -135,8 +136,8 @@ def test_an_altered_bundle_is_refused_by_name_and_nothing_is_written(
     [
         ("abc", "labels must be a list of strings"),
         (["booking", 7, "weather"], "labels must be a list of strings"),
-        (["booking", "music"], "labels must be 3 distinct strings, one per class, not 2"),
-        (["booking", "music", "music"], "labels must be 3 distinct strings, one per class, not 3"),
+        (["booking", "music"], "labels must be 3 strings, one per class, not 2"),
+        (["booking", "music", "music"], "labels must be distinct: 'music' appears more than once"),
     ],
 )
 def test_a_resealed_bundle_whose_labels_do_not_fit_its_model_is_refused(
@@ -225,3 +226,150 @@ def test_an_oversized_bundle_is_refused_before_and_after_decompression(bundle: P
     _rewrite(bundle, lambda m: {**m, WEIGHTS_FILE: bytes(4 * size)})
     with pytest.raises(BundleInvalid, match="unpacks to more than the limit"):
         extract_bundle(bundle, tmp_path / "out", max_bytes=2 * size)
+
+
+def _reweighted(
+    change: Callable[[dict[str, torch.Tensor]], None],
+) -> Callable[[dict[str, bytes]], dict[str, bytes]]:
+    """A bundle whose tensors went through ``change``, resealed: model.json's weights_sha256 and
+    the manifest both updated (what a forger sends)."""
+
+    def reseal(members: dict[str, bytes]) -> dict[str, bytes]:
+        tensors = torch.load(io.BytesIO(members[WEIGHTS_FILE]), weights_only=True)
+        change(tensors)
+        out = io.BytesIO()
+        torch.save(tensors, out)
+        weights = out.getvalue()
+        meta = {**_model_json(members), "weights_sha256": hashlib.sha256(weights).hexdigest()}
+        manifest = json.loads(members[MANIFEST])
+        manifest["files"][WEIGHTS_FILE] = {
+            "bytes": len(weights),
+            "sha256": hashlib.sha256(weights).hexdigest(),
+        }
+        return _resealed(
+            {**members, WEIGHTS_FILE: weights, MANIFEST: json.dumps(manifest).encode()},
+            json.dumps(meta).encode(),
+        )
+
+    return reseal
+
+
+def _stretch_embedding(tensors: dict[str, torch.Tensor]) -> None:
+    """One stored number viewed as the whole table (stride 0): any shape from a tiny file."""
+    tensors["embedding"] = tensors["embedding"][:1, :1].clone().expand(*tensors["embedding"].shape)
+
+
+def _zero_idf(tensors: dict[str, torch.Tensor]) -> None:
+    tensors["idf"] = torch.zeros_like(tensors["idf"])
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (_stretch_embedding, "'embedding' does not store each of its"),
+        (_zero_idf, "'idf' must be positive"),
+    ],
+    ids=["stretched", "zero-idf"],
+)
+def test_forged_weights_are_refused_before_the_model_is_built(
+    bundle: Path, change: Callable[[dict[str, torch.Tensor]], None], problem: str
+) -> None:
+    """A 2 KB bundle whose tensors were views of one number made the API build a model of
+    gigabytes; an IDF of 0 made every confidence NaN (0/0 in the normalisation)."""
+    _rewrite(bundle, _reweighted(change))
+    with pytest.raises(CheckpointCorrupt, match=problem):
+        LoadedModel.load(bundle)
+
+
+def _deep(levels: int) -> dict[str, object]:
+    metrics: dict[str, object] = {"a": 1}
+    for _ in range(levels - 1):
+        metrics = {"a": metrics}
+    return metrics
+
+
+@pytest.mark.parametrize(
+    ("metrics", "problem"),
+    [
+        (_deep(300), "nest deeper than 6 levels"),
+        ({"accuracy": float("nan")}, "hold NaN or an infinity"),
+        ({"notes": "x" * (3 << 20)}, "take .* bytes as JSON; the limit is"),
+    ],
+    ids=["deep", "nan", "huge"],
+)
+def test_metrics_a_reply_cannot_carry_are_refused(
+    bundle: Path, tmp_path: Path, metrics: object, problem: str
+) -> None:
+    """Metrics nested 300 deep were stored, and every reply carrying them was a 500."""
+    _rewrite(bundle, _meta_with(metrics=metrics))
+    with pytest.raises(BundleInvalid, match=f"its metrics {problem}"):
+        extract_bundle(bundle, tmp_path / "out", max_bytes=8 << 20)
+    assert not (tmp_path / "out").exists()
+
+
+def _with_headers(bundle: Path, headers: Callable[[tarfile.TarFile], None]) -> None:
+    """Re-pack ``bundle`` with raw tar blocks written by ``headers`` before its members."""
+    with tarfile.open(bundle, "r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
+    with (
+        gzip.open(bundle, "wb") as packed,
+        tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        headers(tar)
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_an_extended_header_counts_toward_the_unpacked_limit(bundle: Path, tmp_path: Path) -> None:
+    """tarfile reads a PAX header whole before the member it describes: a 219 KB bundle with a
+    200 MB comment took 586 MB of the API's memory and then imported."""
+    limit = 1 << 20
+
+    def comment(tar: tarfile.TarFile) -> None:
+        info = tarfile.TarInfo("padding")
+        info.pax_headers = {"comment": "x" * (2 * limit)}
+        tar.addfile(info, io.BytesIO())
+
+    _with_headers(bundle, comment)
+    with pytest.raises(BundleInvalid, match=f"unpacks to more than the limit of {limit} bytes"):
+        extract_bundle(bundle, tmp_path / "out", max_bytes=limit)
+
+
+def test_a_chain_of_extended_headers_is_refused_not_a_crash(bundle: Path, tmp_path: Path) -> None:
+    """tarfile reads each PAX header one call deeper: 2,000 of them were a RecursionError (500)."""
+
+    def chain(tar: tarfile.TarFile) -> None:
+        record = b"13 comment=a\n"
+        for _ in range(5000):
+            info = tarfile.TarInfo("././@PaxHeader")
+            info.type, info.size = tarfile.XHDTYPE, len(record)
+            tar.fileobj.write(info.tobuf(tarfile.USTAR_FORMAT) + record.ljust(512, b"\0"))  # type: ignore[union-attr]
+            tar.offset += 1024
+
+    _with_headers(bundle, chain)
+    with pytest.raises(BundleInvalid, match="not a complete taas bundle"):
+        extract_bundle(bundle, tmp_path / "out")
+
+
+def test_a_long_member_name_is_cut_short_in_the_message(bundle: Path, tmp_path: Path) -> None:
+    _rewrite(bundle, lambda m: {**m, "a" * 100_000: b"x"})
+    with pytest.raises(BundleInvalid, match="unexpected member 'aaa") as refused:
+        extract_bundle(bundle, tmp_path / "out")
+    assert len(str(refused.value)) < 300
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda data: data[:-8], lambda data: data + b"trailing bytes that are no gzip member"],
+    ids=["no-trailer", "trailing-junk"],
+)
+def test_a_bundle_whose_gzip_stream_does_not_end_right_is_refused(
+    bundle: Path, tmp_path: Path, damage: Callable[[bytes], bytes]
+) -> None:
+    """The tar's end comes before gzip's length and CRC: a file cut there, or with bytes after
+    it, imported."""
+    bundle.write_bytes(damage(bundle.read_bytes()))
+    with pytest.raises(BundleInvalid, match="not a complete taas bundle"):
+        extract_bundle(bundle, tmp_path / "out")

@@ -18,6 +18,8 @@ from typing import Annotated
 import anyio
 from anyio import to_thread
 from fastapi import Depends, Header, Query, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import State
@@ -269,3 +271,26 @@ def _lookup(
 
 
 ServingDep = Annotated[ServingTarget, Depends(_serving_target)]
+
+
+def refuse_unknown_query(request: Request) -> None:
+    """A 400 naming a query parameter the route does not take (the admin routes' dependency).
+
+    Unknown ones were ignored: ``POST .../keys?revoke_others=true`` issued a key and revoked
+    nothing (``revoke_others`` is a field of the JSON body), and an operator who believed a
+    leaked key rotated away still had it working."""
+    route = request.scope.get("route")
+    taken = _query_names(route.dependant) if isinstance(route, APIRoute) else set()
+    for name in request.query_params:
+        if name not in taken:
+            raise BadRequest(
+                name, "this route takes no such query parameter (a body field goes in the JSON body)"
+            )
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route's function and its dependencies take."""
+    names = {param.alias for param in dependant.query_params}
+    for dependency in dependant.dependencies:
+        names |= _query_names(dependency)
+    return names

@@ -63,7 +63,11 @@ def login(request: Request, settings: SettingsDep, key: str = Form("")) -> Respo
 
 @router.post("/logout")
 def logout(request: Request, csrf: str = Form("")) -> Response:
-    """End the session on the server (a copy of the cookie is refused from now on) and here."""
+    """End the session on the server (a copy of the cookie is refused from now on) and here.
+
+    Without a cookie nothing is ended: another site's form brings none (``SameSite=Strict``),
+    and deleting the cookie on its say-so logged the operator out here while the session
+    stayed live on the server."""
     try:
         found = ops_session.current(request)
         if found is not None:
@@ -72,7 +76,8 @@ def logout(request: Request, csrf: str = Form("")) -> Response:
     except ops_session.SessionStoreDown as down:
         return _store_down(request, down)
     response = RedirectResponse("/ops/login", status_code=303)
-    ops_session.end(response)
+    if ops_session.COOKIE in request.cookies:
+        ops_session.end(response)
     return response
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import time
 from collections.abc import Iterator
@@ -29,6 +30,8 @@ from fastapi import Depends, Request, Response
 
 from service.errors import Forbidden, ServiceUnavailable, TaasError
 from service.settings import Settings
+
+log = logging.getLogger(__name__)
 
 COOKIE = "taas_ops"
 CSRF_HEADER = "X-CSRF-Token"
@@ -157,7 +160,8 @@ def _store(request: Request) -> Iterator[redis.Redis]:
     try:
         yield client
     except redis.RedisError as error:
-        raise SessionStoreDown(f"Redis is unreachable ({error})") from error
+        log.warning("ops sessions: Redis is unreachable: %s", error)  # its address: not for the page
+        raise SessionStoreDown("Redis is unreachable (the API's log says why)") from error
 
 
 def _sign(settings: Settings, payload: str) -> str:

@@ -137,6 +137,16 @@ def test_api_replicas_behind_one_port(compose: dict[str, Any]) -> None:
     assert int(scaled["deploy"]["replicas"]) == 5
 
 
+def test_the_proxy_forwards_the_address_it_saw_not_the_clients_list(compose: dict[str, Any]) -> None:
+    """The API trusts X-Forwarded-For from any peer and counts wrong keys by its first entry:
+    appended to ($proxy_add_x_forwarded_for), that entry was whatever the client wrote, so a
+    guesser changed it at every try and could lock the operator's address out."""
+    assert compose["services"]["api"]["environment"]["FORWARDED_ALLOW_IPS"] == "*"
+    config = (REPO_ROOT / "docker" / "nginx.conf").read_text()
+    forwarded = re.findall(r"^\s*proxy_set_header\s+X-Forwarded-For\s+(\S+);", config, re.MULTILINE)
+    assert forwarded == ["$remote_addr"]
+
+
 def test_workers_gpu_reservation_and_cpu_profile(compose: dict[str, Any]) -> None:
     services = compose["services"]
     gpu = services["worker"]

@@ -56,6 +56,10 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
 ) -> None:
     base = slow_training_platform.base_url
     tenant_key = slow_training_platform.create_tenant()
+    blocked: list[str] = []  # an inline style set as an attribute was blocked: every bar drew full
+    page.on(
+        "console", lambda message: "Content Security Policy" in message.text and blocked.append(message.text)
+    )
     # a tenant key opens nothing
     _log_in(page, base, tenant_key)
     assert page.url.endswith("/ops/login") and "not the administrator key" in page.inner_text(".error")
@@ -75,7 +79,18 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
             files={"training_data": ("t.csv", data, "text/csv"), "training_metadata": (None, metadata)},
         )
     assert created.status_code == 200, created.text
-    # then: it shows up among the running jobs without a reload, and its page follows it to Available
+    # then: it shows up among the running jobs without a reload, its bar as full as its percentage
+    page.wait_for_selector("#running a:text('browser-intents')", timeout=60_000)
+    filled, whole, label = page.evaluate(
+        """() => {
+            const progress = document.querySelector("#running .progress");
+            const bar = progress.querySelector(".bar");
+            return [bar.firstChild.getBoundingClientRect().width, bar.getBoundingClientRect().width,
+                    progress.textContent];
+        }"""
+    )
+    assert abs(100 * filled / whole - int(label.split("%")[0])) <= 2, (filled, whole, label)
+    # and its page follows it to Available
     page.click("#running a:text('browser-intents')", timeout=60_000)
     page.wait_for_selector("#facts dd:text('Available')", timeout=TRAIN_TIMEOUT_MS)
     page.wait_for_selector("#confusion svg rect.cell")
@@ -87,6 +102,7 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
     waited = page.locator("#ps dt:text-is('Waited at the staleness bound s') + dd").inner_text()
     assert waited == "0.00", waited  # no bound by default: nobody waits
     assert page.locator("#events span.event.done").count() == 1
+    assert not blocked, f"the dashboard's own CSP blocked: {blocked}"
     # and the platform's /metrics carry the real training's series
     _assert_training_metrics(base, job_id=page.url.rsplit("/", 1)[-1])
 

@@ -125,6 +125,21 @@ def test_logout_needs_the_csrf_token_and_ends_the_session(ops_client: TestClient
     assert ops_client.get("/ops/api/overview").status_code == 401
 
 
+def test_a_logout_without_the_cookie_leaves_the_session_and_the_cookie_alone(
+    ops_client: TestClient, csrf: str
+) -> None:
+    """Another site's form posts to /ops/logout without the cookie (SameSite=Strict): its reply
+    deleted the operator's cookie, while the session stayed live on the server."""
+    cookie = ops_client.cookies["taas_ops"]
+    ops_client.cookies.clear()
+
+    forged = ops_client.post("/ops/logout", follow_redirects=False)
+
+    assert forged.status_code == 303 and "set-cookie" not in forged.headers
+    ops_client.cookies.set("taas_ops", cookie, path="/ops")
+    assert ops_client.get("/ops/api/overview").status_code == 200
+
+
 def test_a_copy_of_the_cookie_is_refused_after_logout(ops_client: TestClient, csrf: str) -> None:
     copied = ops_client.cookies["taas_ops"]
 
@@ -156,3 +171,5 @@ def test_while_redis_is_unreachable_no_session_is_valid_and_the_dashboard_says_w
     assert feed.status_code == 503 and "Redis is unreachable" in feed.json()["description"]
     assert page.status_code == login.status_code == form.status_code == 503
     assert all("cannot check sessions" in r.text for r in (page, login, form))
+    # where Redis listens is the log's to say, not a page anyone can open
+    assert all(str(server.port) not in r.text for r in (feed, page, login, form))

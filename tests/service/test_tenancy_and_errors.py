@@ -86,6 +86,24 @@ def test_a_misspelt_field_of_an_admin_request_is_refused_and_changes_nothing(
     assert client.get("/v1/classifiers", headers=tenant.headers).status_code == 200
 
 
+def test_a_query_parameter_an_admin_route_does_not_take_is_refused_and_changes_nothing(
+    client: TestClient, tenant: Any, admin_headers: dict[str, str]
+) -> None:
+    """`?revoke_others=true` issued a key and revoked nothing (it is a field of the body)."""
+    keys = f"/v1/admin/tenants/{tenant.id}/keys"
+
+    rotated = client.post(f"{keys}?revoke_others=true", headers=admin_headers)
+    quotas = client.patch(
+        f"/v1/admin/tenants/{tenant.id}/quotas?classifiers=0", json={}, headers=admin_headers
+    )
+
+    assert (rotated.status_code, quotas.status_code) == (400, 400)
+    assert rotated.json()["description"].startswith("revoke_others: this route takes no such query parameter")
+    assert quotas.json()["description"].startswith("classifiers: this route takes no such query parameter")
+    tenants = client.get("/v1/admin/tenants", headers=admin_headers).json()["tenants"]
+    assert [len(t["keys"]) for t in tenants if t["tenant_id"] == tenant.id] == [1]
+
+
 def test_admin_list_never_shows_secrets(
     client: TestClient, tenant: Any, admin_headers: dict[str, str]
 ) -> None:

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from fastapi import Depends
 from sqlalchemy.orm import Session
 
 from service import quotas, tenancy, tenant_deletion
-from service.api.deps import AdminDep, InvalidationsDep, ModelCacheDep, SessionDep, SettingsDep, StoreDep
+from service.api.deps import (
+    AdminDep,
+    InvalidationsDep,
+    ModelCacheDep,
+    SessionDep,
+    SettingsDep,
+    StoreDep,
+    refuse_unknown_query,
+)
 from service.api.routing import Router
 from service.api.schemas import (
     KeyIssued,
@@ -23,7 +32,7 @@ from service.api.schemas import (
 from service.models import utcnow
 from service.settings import Settings
 
-router = Router(prefix="/v1/admin", tags=["admin"])
+router = Router(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(refuse_unknown_query)])
 
 
 @router.post("/tenants", response_model=TenantCreated, status_code=201)

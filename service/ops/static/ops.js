@@ -73,8 +73,10 @@ const num = (v, digits = 1) => (v === null || v === undefined ? "—" : Number(v
 
 function progressBar(job) {
   const pct = Math.round(100 * (job.fraction || 0));
+  const filled = el("span");
+  filled.style.width = `${pct}%`;  // a style attribute would be an inline style, which the CSP blocks
   return el("span", { class: "progress", title: `${job.phase}: step ${job.step ?? 0} of ${job.total_steps ?? "?"}` },
-    el("span", { class: "bar" }, el("span", { style: `width:${pct}%` })), ` ${pct}% · ${job.phase}`);
+    el("span", { class: "bar" }, filled), ` ${pct}% · ${job.phase}`);
 }
 
 const pages = {

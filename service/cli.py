@@ -592,3 +592,6 @@ def _fail(message: str) -> NoReturn:
 
 
 register_client_commands(cli)
+
+if __name__ == "__main__":  # python -m service.cli, as the console script `taas`
+    main()

@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -109,9 +110,15 @@ def tenant_for_key(session: Session, api_key: str) -> Tenant | None:
     return row.Tenant
 
 
+def tenant_name(name: str) -> str:
+    """The name a tenant is stored under: stripped, and NFC-normalised ("é" typed as one code
+    point or two is one name, not two tenants that list alike)."""
+    return unicodedata.normalize("NFC", name.strip())
+
+
 def create_tenant(session: Session, name: str, *, max_name_chars: int, now: datetime) -> IssuedKey:
     """Create a tenant with one key; commits. BadRequest on a bad name, Conflict if it is taken."""
-    name = name.strip()
+    name = tenant_name(name)
     if not name or len(name) > max_name_chars:
         raise BadRequest("name", f"must be 1 to {max_name_chars} characters")
     if problem := unprintable(name):

@@ -266,9 +266,11 @@ def has_surrogates(value: str) -> bool:
 
 def unprintable(value: str) -> str | None:
     """Why ``value`` cannot be a name (a control character or line separator, an unpaired
-    surrogate, a bidi reordering), or None."""
+    surrogate, a bidi reordering, nothing visible), or None."""
     if has_surrogates(value):
         return "is not valid Unicode (unpaired surrogate)"
+    if value and not _visible(value):  # a tenant named U+200B listed as a blank
+        return "has no visible character (only zero-width or format characters)"
     if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value):  # Zl, Zp: U+2028, U+2029
         return "must not contain control characters (a tab or a line end, say)"
     if not value.isascii() and _REORDERING.search(value):  # "Trojan Source" display spoofing

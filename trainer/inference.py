@@ -304,7 +304,9 @@ class LoadedModel:
             model.load_state_dict(
                 {"embedding.weight": embedding, **{k: tensors[k] for k in ("output.weight", "output.bias")}}
             )
-            threshold = float(meta["threshold"]) if meta.get("multi_label") else None
+            threshold = meta["threshold"] if meta.get("multi_label") else None
+            if threshold is not None and type(threshold) not in (int, float):
+                raise ValueError(f"threshold {threshold!r} is not a number")
             if threshold is not None and not 0.0 < threshold < 1.0:  # NaN too
                 raise ValueError(f"threshold {threshold} is not between 0 and 1")
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:

@@ -131,6 +131,23 @@ def test_duplicate_tenant_name_is_409(client: TestClient, tenant: Any, admin_hea
     assert reply.status_code == 409 and reply.json()["code"] == 409
 
 
+def test_a_name_typed_another_way_is_the_same_tenant_and_an_invisible_one_none(
+    client: TestClient, admin_headers: dict[str, str]
+) -> None:
+    """NFC and NFD "é" made two tenants that listed alike, and U+200B one that listed blank."""
+    composed = client.post("/v1/admin/tenants", json={"name": "caf\u00e9"}, headers=admin_headers)
+    decomposed = client.post("/v1/admin/tenants", json={"name": "cafe\u0301"}, headers=admin_headers)
+    invisible = client.post("/v1/admin/tenants", json={"name": "\u200b"}, headers=admin_headers)
+
+    assert composed.status_code == 201 and composed.json()["name"] == "caf\u00e9"
+    assert decomposed.status_code == 409
+    assert invisible.status_code == 400
+    assert (
+        invisible.json()["description"]
+        == "name: has no visible character (only zero-width or format characters)"
+    )
+
+
 def test_unknown_tenant_key_rotation_is_404(client: TestClient, admin_headers: dict[str, str]) -> None:
     reply = client.post("/v1/admin/tenants/no-such-tenant/keys", json={}, headers=admin_headers)
 

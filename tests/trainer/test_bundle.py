@@ -166,6 +166,7 @@ def _model_json(members: dict[str, bytes]) -> dict[str, object]:
         (lambda meta: {"featurizer": {**meta["featurizer"], "char_ngram_min": 6}}, "above char_ngram_max"),
         (lambda meta: {"featurizer": {**meta["featurizer"], "buckets": 8}}, "'buckets' must rise strictly"),
         (lambda meta: {"featurizer": []}, "'featurizer' must be an object"),
+        (lambda meta: {"multi_label": True, "threshold": "0.5"}, "threshold '0.5' is not a number"),
     ],
     ids=[
         "huge-rows",
@@ -176,6 +177,7 @@ def _model_json(members: dict[str, bytes]) -> dict[str, object]:
         "ngrams-crossed",
         "few-buckets",
         "list",
+        "text-threshold",
     ],
 )
 def test_a_resealed_bundle_whose_shapes_or_settings_are_not_a_models_is_refused(

@@ -42,7 +42,10 @@ def create_tenant(
     """Create a tenant; the reply carries its first API key, shown only this once."""
     issued = tenancy.create_tenant(session, body.name, max_name_chars=settings.max_name_chars, now=utcnow())
     return TenantCreated(
-        tenant_id=issued.tenant_id, key_id=issued.key_id, api_key=issued.api_key, name=body.name.strip()
+        tenant_id=issued.tenant_id,
+        key_id=issued.key_id,
+        api_key=issued.api_key,
+        name=tenancy.tenant_name(body.name),
     )
 
 

@@ -521,12 +521,14 @@ def _refuse_a_newer_schema(config: Config, engine: Engine) -> None:
 def _prepare_data_dir(data_dir: Path) -> Path:
     """Create the data dir and check that it is writable, with room: a megabyte is written and
     flushed (an empty file fitted a full disk, whose first write then failed with a traceback
-    and left an empty admin.key); returns its absolute path."""
+    and left an empty admin.key); returns its absolute path. A new one is this user's alone
+    (0700): it holds the database, the Redis append-only file with the dashboard's sessions,
+    and every tenant's data; an existing one keeps the mode its owner gave it."""
     path = data_dir.expanduser().resolve()
     if path.exists() and not path.is_dir():
         _fail(f"data dir {path} is not a directory")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path) as probe:
             probe.write(bytes(1 << 20))
             probe.flush()

@@ -89,6 +89,7 @@ def test_sigterm_stops_every_child_and_a_second_up_trains_what_the_first_queued(
     platform.start()
     key_file = platform.data_dir / "admin.key"
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(platform.data_dir.stat().st_mode) == 0o700, "the database and sessions are in it"
     assert platform.admin_key in platform.output(), "a new admin key is printed once"
     assert f"taas login {platform.base_url} < {key_file}" in platform.output()
     tenant_key = platform.create_tenant()

@@ -11,10 +11,13 @@ nothing.
 
 from __future__ import annotations
 
-import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, IPv6Network, ip_address
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+from service.host_lookups import LookupRefused
 
 MAX_URL_CHARS = 2048
 _NAT64 = IPv6Network("64:ff9b::/96")
@@ -27,19 +30,26 @@ class UnsafeCallback(ValueError):
 
 @dataclass(frozen=True)
 class Destination:
-    """Where a delivery goes: ``url`` names the checked address instead of the host, ``host`` is
-    the Host header to send and ``server_name`` the name TLS verifies (https only)."""
+    """Where a delivery goes: ``urls`` name the checked addresses instead of the host, to try in
+    turn (a receiver whose first address, an IPv6 one say, takes no connection is reached at
+    the next), ``host`` is the Host header to send and ``server_name`` the name TLS verifies
+    (https only)."""
 
-    url: str
+    urls: tuple[str, ...]
     host: str
     server_name: str | None
 
 
-def check_callback_url(url: str, *, allow_private: bool) -> Destination:
-    """Check ``url`` and resolve its host to one address to connect to.
+Resolve = Callable[[str, int], Sequence[tuple[Any, ...]]]  # getaddrinfo of (host, port), bounded
+
+
+def check_callback_url(url: str, *, allow_private: bool, resolve: Resolve) -> Destination:
+    """Check ``url`` and resolve its host (``resolve``: a bound lookup, service.host_lookups)
+    to the addresses to connect to.
 
     Raises UnsafeCallback when the URL is malformed, not http(s), carries credentials, its host
-    does not resolve, or (unless ``allow_private``) any address it resolves to is not public.
+    does not resolve (or not in time), or (unless ``allow_private``) any address it resolves to
+    is not public.
     """
     if len(url) > MAX_URL_CHARS:
         raise UnsafeCallback(f"must be at most {MAX_URL_CHARS} characters")
@@ -66,10 +76,12 @@ def check_callback_url(url: str, *, allow_private: bool) -> Destination:
     except UnicodeError:
         raise UnsafeCallback(f"host '{parts.hostname}' is not a valid host name") from None
     try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        found = resolve(host, port)
+    except LookupRefused as refused:
+        raise UnsafeCallback(f"host '{parts.hostname}' could not be looked up: {refused}") from None
     except OSError:
         raise UnsafeCallback(f"host '{parts.hostname}' does not resolve") from None
-    addresses = [ip_address(str(info[4][0]).split("%", 1)[0]) for info in found]
+    addresses = list(dict.fromkeys(ip_address(str(info[4][0]).split("%", 1)[0]) for info in found))
     if not allow_private:
         for address in addresses:
             if reason := not_public(address):
@@ -77,14 +89,19 @@ def check_callback_url(url: str, *, allow_private: bool) -> Destination:
                     f"host '{parts.hostname}' resolves to {address}, a {reason} address "
                     "(taas calls only public addresses)"
                 )
-    address = addresses[0]
-    literal = f"[{address}]" if address.version == 6 else str(address)
     named = f"[{host}]" if ":" in host else host
     return Destination(
-        url=urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, "")),
+        urls=tuple(
+            urlunsplit((parts.scheme, f"{_literal(address)}:{port}", parts.path or "/", parts.query, ""))
+            for address in addresses
+        ),
         host=named if parts.port is None else f"{named}:{parts.port}",
         server_name=host if parts.scheme == "https" else None,
     )
+
+
+def _literal(address: IPv4Address | IPv6Address) -> str:
+    return f"[{address}]" if address.version == 6 else str(address)
 
 
 def not_public(address: IPv4Address | IPv6Address) -> str | None:

@@ -22,7 +22,6 @@ import logging
 import random
 import ssl
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -34,8 +33,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service import webhook_slots
-from service.callback_urls import UnsafeCallback, check_callback_url
+from service.callback_urls import Destination, UnsafeCallback, check_callback_url
 from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
+from service.host_lookups import LOOKUPS
 from service.jobs import BackOff
 from service.models import (
     Classifier,
@@ -56,7 +56,6 @@ _EXCERPT_CHARS = 200  # of a refusing receiver's reply, kept with the attempt
 _SEND_BATCH = 500  # messages one relay pass sends at most
 _LEASE_MARGIN_SECONDS = 5.0
 _FIRST_PUT_OFF_SECONDS = 0.25
-_RESOLVERS = ThreadPoolExecutor(8, thread_name_prefix="webhook-dns")  # callback hosts' lookups
 
 
 @dataclass(frozen=True)
@@ -211,8 +210,19 @@ def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | No
     """POST the event; its HTTP status, and why the attempt failed (None when it succeeded)."""
     body = event_body(event)
     signature = sign(secret, body, int(time.time()))
+    started = time.monotonic()
     try:
-        status_code, excerpt = asyncio.run(_send(event, body, signature, settings))
+        # the lookup is service.host_lookups': one whose name servers do not answer is left
+        # behind at the deadline and keeps its tenant's place, so it holds up no other tenant's
+        target = check_callback_url(
+            event.callback_url or "",
+            allow_private=settings.webhook_allow_private,
+            resolve=functools.partial(
+                LOOKUPS.resolve, event.tenant_id, timeout=settings.webhook_timeout_seconds
+            ),
+        )
+        left = settings.webhook_timeout_seconds - (time.monotonic() - started)
+        status_code, excerpt = asyncio.run(_send(target, event, body, signature, settings, left))
     except UnsafeCallback as refused:
         return None, f"refused: callback_url {refused}"
     except TimeoutError:
@@ -226,21 +236,16 @@ def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | No
     return status_code, f"HTTP {status_code}: {excerpt}"
 
 
-async def _send(event: StatusEvent, body: bytes, signature: str, settings: Settings) -> tuple[int, str]:
-    """Check the callback URL (resolving its host), POST and read the start of the reply, all
-    within ``webhook_timeout_seconds`` (else TimeoutError). httpx's timeouts bound each read,
-    not the reply: a receiver sending its headers a byte every 0.5 s held a delivery thread
-    18.7 s at a 1 s timeout, and could hold one for as long as it liked while its events waited
-    out their claims and were sent again. A host whose name servers do not answer would hold
-    one for the resolver's retries; the lookup runs on a pool of its own, left behind at the
-    deadline."""
-    async with asyncio.timeout(settings.webhook_timeout_seconds):
-        target = await asyncio.get_running_loop().run_in_executor(
-            _RESOLVERS,
-            functools.partial(
-                check_callback_url, event.callback_url or "", allow_private=settings.webhook_allow_private
-            ),
-        )
+async def _send(
+    target: Destination, event: StatusEvent, body: bytes, signature: str, settings: Settings, seconds: float
+) -> tuple[int, str]:
+    """POST to the checked ``target`` and read the start of the reply, all within ``seconds``
+    (else TimeoutError), what the attempt has left of ``webhook_timeout_seconds`` after the
+    lookup. httpx's timeouts bound each read, not the reply: a receiver sending its headers a
+    byte every 0.5 s held a delivery thread 18.7 s at a 1 s timeout, and could hold one for as
+    long as it liked while its events waited out their claims and were sent again. The checked
+    addresses are tried in turn while none takes the connection."""
+    async with asyncio.timeout(seconds):
         headers = {
             "Host": target.host,
             "Accept-Encoding": "identity",
@@ -257,16 +262,27 @@ async def _send(event: StatusEvent, body: bytes, signature: str, settings: Setti
             trust_env=False,
             verify=_trusted(settings.webhook_ca_file),
         ) as client:
-            request = client.build_request(
-                "POST", target.url, content=body, headers=headers, extensions=extensions
-            )
-            response = await client.send(request, stream=True)
-            try:
-                if 200 <= response.status_code < 300:  # delivered; its body is never read
-                    return response.status_code, ""
-                return response.status_code, await _excerpt(response)
-            finally:
-                await response.aclose()
+            *others, last = target.urls
+            for url in others:
+                try:
+                    return await _post_to(client, url, body, headers, extensions)
+                except httpx.ConnectError:
+                    continue  # the next address
+            return await _post_to(client, last, body, headers, extensions)
+
+
+async def _post_to(
+    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str], extensions: dict[str, Any]
+) -> tuple[int, str]:
+    """POST ``body`` to ``url``: the status, and the start of the reply unless it is a 2xx."""
+    request = client.build_request("POST", url, content=body, headers=headers, extensions=extensions)
+    response = await client.send(request, stream=True)
+    try:
+        if 200 <= response.status_code < 300:  # delivered; its body is never read
+            return response.status_code, ""
+        return response.status_code, await _excerpt(response)
+    finally:
+        await response.aclose()
 
 
 @functools.lru_cache(maxsize=4)

@@ -49,7 +49,10 @@ def deliver_webhook(self: Task, event_id: str, put_offs: int = 0) -> None:
         "event %s attempt %d: %s",
         event_id,
         attempted.attempt,
-        attempted.error or f"delivered (HTTP {attempted.status_code})",
+        # a receiver's reply is in the error: its line ends escaped, or it could write log lines
+        (attempted.error or f"delivered (HTTP {attempted.status_code})")
+        .encode("unicode_escape")
+        .decode("ascii"),
     )
     if attempted.retry_in is not None:
         raise self.retry(countdown=attempted.retry_in, kwargs={"put_offs": 0})

@@ -9,6 +9,7 @@ refusal removes the stored file again.
 
 from __future__ import annotations
 
+import functools
 import json
 from enum import StrEnum
 from typing import TypeVar
@@ -20,6 +21,7 @@ from service.api.schemas import CreateFromDataset, VersionFromDataset
 from service.api.uploads import RAW_BODY, Upload
 from service.callback_urls import UnsafeCallback, check_callback_url
 from service.errors import BadRequest
+from service.host_lookups import LOOKUPS
 from service.models import Classifier, ClassifierMode, ClassifierVersion, Dataset, Promote, utcnow
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -43,7 +45,9 @@ def classifier_from_upload(
             metadata.get("name", ""), "training_metadata.name", settings.max_name_chars
         )
         language = classifiers.check_language(metadata.get("language"), "training_metadata.language")
-        callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
+        callback_url = _callback_url(
+            metadata.get("callback_url"), "training_metadata.callback_url", settings, tenant_id
+        )
         promote = _choice(Promote, metadata.get("promote", Promote.AUTO.value), "training_metadata.promote")
         mode = _choice(
             ClassifierMode, metadata.get("mode", ClassifierMode.SINGLE_LABEL.value), "training_metadata.mode"
@@ -88,7 +92,9 @@ def version_from_upload(
                 "a new version takes only a callback_url; name, language, mode and promote are"
                 " the classifier's, set when it was created",
             )
-        callback_url = _callback_url(metadata.get("callback_url"), "training_metadata.callback_url", settings)
+        callback_url = _callback_url(
+            metadata.get("callback_url"), "training_metadata.callback_url", settings, classifier.tenant_id
+        )
         staged = _stage_training_data(upload, store, settings, classifier.tenant_id)
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_add_version(
@@ -113,7 +119,7 @@ def version_from_dataset(
     classifier: Classifier,
 ) -> ClassifierVersion:
     """New version (extension): train on the tenant's stored dataset ``spec.dataset_id``."""
-    callback_url = _callback_url(spec.callback_url, "callback_url", settings)
+    callback_url = _callback_url(spec.callback_url, "callback_url", settings, classifier.tenant_id)
     dataset = datasets.get_dataset(session, classifier.tenant_id, spec.dataset_id)
     quotas.check_can_add_version(session, settings, classifier.tenant_id)
     return versions.create_version(
@@ -125,7 +131,7 @@ def classifier_from_dataset(
     spec: CreateFromDataset, session: Session, store: ArtifactStore, settings: Settings, tenant_id: str
 ) -> Classifier:
     """JSON create (extension): train on the tenant's stored dataset ``spec.dataset_id``."""
-    callback_url = _callback_url(spec.callback_url, "callback_url", settings)
+    callback_url = _callback_url(spec.callback_url, "callback_url", settings, tenant_id)
     dataset = datasets.get_dataset(session, tenant_id, spec.dataset_id)
     quotas.check_can_create_classifier(session, settings, tenant_id)
     return classifiers.create_classifier(
@@ -193,14 +199,18 @@ def _choice(kind: type[_Choice], value: object, field: str) -> _Choice:
     return kind(value)
 
 
-def _callback_url(value: object, field: str, settings: Settings) -> str | None:
-    """The checked callback URL of a create (None when not given); BadRequest naming ``field``."""
+def _callback_url(value: object, field: str, settings: Settings, tenant_id: str) -> str | None:
+    """The checked callback URL of a create (None when not given); BadRequest naming ``field``.
+
+    The create holds a database connection meanwhile, so the host's lookup is bounded
+    (service.host_lookups): ``webhook_timeout_seconds``, and two in flight per tenant."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise BadRequest(field, "must be a string: the URL that status events are POSTed to")
+    resolve = functools.partial(LOOKUPS.resolve, tenant_id, timeout=settings.webhook_timeout_seconds)
     try:
-        check_callback_url(value, allow_private=settings.webhook_allow_private)
+        check_callback_url(value, allow_private=settings.webhook_allow_private, resolve=resolve)
     except UnsafeCallback as refused:
         raise BadRequest(field, str(refused)) from None
     return value

@@ -53,11 +53,12 @@ def verify(
     for part in (header or "").split(","):
         key, _, value = part.strip().partition("=")
         fields.setdefault(key, []).append(value)
-    try:
-        [stamp] = fields.get("t", [])
-        timestamp = int(stamp)
-    except ValueError:
-        raise InvalidSignature(f"{SIGNATURE_HEADER} has no single timestamp t=") from None
+    stamps = fields.get("t", [])
+    # what sign writes: ASCII digits (int() also takes "+1", "1_0", other scripts' digits, and
+    # 320 of them overflowed the float subtraction below: an OverflowError, not InvalidSignature)
+    if len(stamps) != 1 or not (stamps[0].isascii() and stamps[0].isdigit() and len(stamps[0]) <= 12):
+        raise InvalidSignature(f"{SIGNATURE_HEADER} has no single timestamp t= of at most 12 digits")
+    timestamp = int(stamps[0])
     if abs((time.time() if now is None else now) - timestamp) > tolerance:
         raise InvalidSignature(f"the timestamp is more than {tolerance:g} s from now (a replay?)")
     expected = _digest(secret, body, timestamp)

@@ -3,16 +3,25 @@ beyond the resolver; hostnames that must resolve to given addresses patch the re
 
 from __future__ import annotations
 
+import functools
 import socket
+import threading
+import time
 from typing import Any
 
 import pytest
 
 from service.callback_urls import UnsafeCallback, check_callback_url
 from service.client.webhooks import InvalidSignature, sign, verify
+from service.host_lookups import HostLookups, LookupRefused
 
 SECRET = "whsec_test"
 BODY = b'{"id":"e1","status":"Available"}'
+
+
+def _check(url: str, *, allow_private: bool) -> Any:
+    resolve = functools.partial(HostLookups().resolve, "tenant", timeout=10.0)
+    return check_callback_url(url, allow_private=allow_private, resolve=resolve)
 
 
 @pytest.mark.parametrize(
@@ -43,7 +52,7 @@ BODY = b'{"id":"e1","status":"Available"}'
 )
 def test_non_public_addresses_are_refused(url: str, why: str) -> None:
     with pytest.raises(UnsafeCallback, match=f"a {why} address"):
-        check_callback_url(url, allow_private=False)
+        _check(url, allow_private=False)
 
 
 @pytest.mark.parametrize(
@@ -64,7 +73,7 @@ def test_non_public_addresses_are_refused(url: str, why: str) -> None:
 )
 def test_malformed_or_non_http_urls_are_refused(url: str, why: str) -> None:
     with pytest.raises(UnsafeCallback, match=why):
-        check_callback_url(url, allow_private=True)
+        _check(url, allow_private=True)
 
 
 def _resolves_to(monkeypatch: pytest.MonkeyPatch, host: str, *addresses: str) -> None:
@@ -85,7 +94,7 @@ def test_a_hostname_resolving_to_a_private_address_is_refused(monkeypatch: pytes
     _resolves_to(monkeypatch, "hooks.example.com", "10.20.30.40")
 
     with pytest.raises(UnsafeCallback, match="'hooks.example.com' resolves to 10.20.30.40, a private"):
-        check_callback_url("https://hooks.example.com/taas", allow_private=False)
+        _check("https://hooks.example.com/taas", allow_private=False)
 
 
 def test_a_hostname_is_refused_when_any_of_its_addresses_is_not_public(
@@ -94,22 +103,22 @@ def test_a_hostname_is_refused_when_any_of_its_addresses_is_not_public(
     _resolves_to(monkeypatch, "mixed.example.com", "93.184.216.34", "fe80::1")
 
     with pytest.raises(UnsafeCallback, match="link-local"):
-        check_callback_url("https://mixed.example.com/taas", allow_private=False)
+        _check("https://mixed.example.com/taas", allow_private=False)
 
 
 def test_a_public_host_is_pinned_to_the_checked_address(monkeypatch: pytest.MonkeyPatch) -> None:
     _resolves_to(monkeypatch, "hooks.example.com", "93.184.216.34")
 
-    target = check_callback_url("https://hooks.example.com/taas?x=1#frag", allow_private=False)
+    target = _check("https://hooks.example.com/taas?x=1#frag", allow_private=False)
 
-    assert target.url == "https://93.184.216.34:443/taas?x=1"
+    assert target.urls == ("https://93.184.216.34:443/taas?x=1",)
     assert (target.host, target.server_name) == ("hooks.example.com", "hooks.example.com")
 
 
 def test_allow_private_lets_a_local_receiver_through() -> None:
-    target = check_callback_url("http://localhost:8081/hook", allow_private=True)
+    target = _check("http://localhost:8081/hook", allow_private=True)
 
-    assert target.url in ("http://127.0.0.1:8081/hook", "http://[::1]:8081/hook")
+    assert set(target.urls) <= {"http://127.0.0.1:8081/hook", "http://[::1]:8081/hook"} and target.urls
     assert (target.host, target.server_name) == ("localhost:8081", None)
 
 
@@ -149,8 +158,57 @@ def test_a_wrong_secret_a_changed_body_or_an_old_timestamp_is_refused(
         "t=1700000000",
         "garbage",
         "t=1700000000,v1=\u00e9",
+        "t=1" + "0" * 320 + ",v1=ab",  # an OverflowError, not InvalidSignature
+        "t=+1700000000,v1=ab",
     ],
 )
 def test_a_malformed_signature_header_is_refused(header: str | None) -> None:
     with pytest.raises(InvalidSignature):
         verify(SECRET, BODY, header, now=1_700_000_000)
+
+
+def test_every_checked_address_is_kept_in_order_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the first was ever tried: a receiver whose first address took no connection got nothing."""
+    _resolves_to(monkeypatch, "two.example.com", "2606:2800:220:1::1", "93.184.216.34", "93.184.216.34")
+
+    target = _check("http://two.example.com/taas", allow_private=False)
+
+    assert target.urls == ("http://[2606:2800:220:1::1]:80/taas", "http://93.184.216.34:80/taas")
+
+
+def test_a_tenants_hung_lookups_hold_up_its_own_next_ones_and_no_other_tenants(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One tenant's name servers that never answer filled the webhook worker's eight shared
+    resolver threads, and every other tenant's attempts timed out behind them."""
+    answer = threading.Event()
+    real = socket.getaddrinfo
+
+    def name_servers(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host == "hangs.example":
+            answer.wait(timeout=30)
+            raise socket.gaierror("no answer")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", name_servers)
+    lookups = HostLookups(per_tenant=2)
+    for _ in range(2):
+        with pytest.raises(LookupRefused, match="took longer than 0.2 s"):
+            lookups.resolve("slow", "hangs.example", 80, timeout=0.2)
+
+    started = time.monotonic()
+    with pytest.raises(LookupRefused, match="2 earlier lookups of this tenant's hosts are still running"):
+        lookups.resolve("slow", "hangs.example", 80, timeout=5)
+    assert time.monotonic() - started < 1, "refused at once, not after the timeout"
+    assert lookups.resolve("other", "127.0.0.1", 80, timeout=5), "another tenant is not held up"
+
+    answer.set()  # the name servers answer at last: the tenant's places are free again
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            lookups.resolve("slow", "hangs.example", 80, timeout=5)
+        except LookupRefused:  # the two hung lookups are still ending
+            assert time.monotonic() < deadline, "the hung lookups never gave their places back"
+            time.sleep(0.01)
+        except socket.gaierror:  # looked up again, and answered
+            break

@@ -363,7 +363,43 @@ def test_a_callback_host_whose_lookup_hangs_is_cut_off_at_the_timeout(
 
     assert not looked_up.is_set()  # the attempt did not wait for the lookup
     assert attempted is not None and not isinstance(attempted, webhooks.Busy)
-    assert attempted.error == "TimeoutError: no reply within 1 s"
+    assert attempted.error == (
+        "refused: callback_url host 'hangs.example' could not be looked up: took longer than 1 s"
+    )
+
+
+def test_an_address_that_takes_no_connection_gives_way_to_the_next_checked_one(
+    session: Session,
+    settings: Settings,
+    event_to: Callable[[str], StatusEvent],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a host's first address was tried: one whose IPv6 address is listed first and takes no
+    connection never got an event."""
+    with running_receiver() as receiver:
+        port = receiver.server.server_address[1]
+        event = event_to(receiver.url)
+        session.execute(
+            update(StatusEvent)
+            .where(StatusEvent.id == event.id)
+            .values(callback_url=f"http://two.example:{port}/hooks/taas")
+        )
+        session.commit()
+        resolve = socket.getaddrinfo
+
+        def two_addresses(host: Any, *args: Any, **kwargs: Any) -> Any:
+            if host != "two.example":
+                return resolve(host, *args, **kwargs)
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in ("127.0.0.2", "127.0.0.1")
+            ]
+
+        monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+
+        attempted = webhooks.deliver(session, settings, event.id)
+
+    assert attempted == webhooks.Attempted(1, 200, None, None)
+    assert [got.headers["Host"] for got in receiver.all()] == [f"two.example:{port}"]
 
 
 def test_a_tenants_attempt_in_flight_puts_off_its_next_event_and_no_other_tenants(

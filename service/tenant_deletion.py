@@ -1,11 +1,12 @@
 """Deleting a tenant and everything it owns (``DELETE /v1/admin/tenants/{id}``, `taas tenants
-delete`): an operator offboarding a customer, or erasing its data on request.
+delete`, the dashboard's Delete button): an operator offboarding a customer, or erasing its
+data on request.
 
 In an order that makes a deletion cut off part-way (a crash, a lost connection) harmless and
 the same request the way to finish it:
 
 1. every key of the tenant is revoked, in one commit: from then on nothing of the tenant is
-   reachable (on every API replica once the caller announces the invalidation);
+   reachable (on every API replica once the invalidation is announced);
 2. each classifier goes as ``DELETE /v1/classifiers/{id}`` takes it, its trainings cancelled
    (a worker stops at its next fenced write), its rows and its files, but without status
    events: the tenant's receivers are not told of a deletion of the tenant itself;
@@ -18,7 +19,6 @@ the same request the way to finish it:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,7 +27,9 @@ from sqlalchemy.orm import Session
 
 from service import classifiers, tenancy
 from service.errors import NotFound
+from service.invalidation import Invalidations
 from service.models import Classifier, Dataset, Tenant
+from service.serving import ModelCache
 from service.settings import Settings
 from service.store import ArtifactStore
 
@@ -48,14 +50,15 @@ def delete_tenant(
     tenant_id: str,
     *,
     now: datetime,
-    keys_revoked: Callable[[], None],
+    invalidations: Invalidations,
+    models: ModelCache,
 ) -> TenantDeleted:
     """Delete the tenant with every key, classifier, dataset and file (see the module's
-    docstring for the order), calling ``keys_revoked`` once its keys are (the caller tells the
-    API replicas). NotFound when there is no such tenant."""
+    docstring for the order), telling the API replicas once its keys are revoked, and drop
+    its classifiers from this process's ``models``. NotFound when there is no such tenant."""
     tenancy.require_tenant(session, tenant_id)
     tenancy.revoke_all_keys(session, tenant_id, now=now)
-    keys_revoked()
+    invalidations.announce(tenant_id)
     datasets = session.scalar(select(func.count()).where(Dataset.tenant_id == tenant_id)) or 0
     deleted = []
     owned = session.scalars(
@@ -74,4 +77,6 @@ def delete_tenant(
     session.execute(delete(Tenant).where(Tenant.id == tenant_id))
     session.commit()
     store.delete_tenant(tenant_id)
+    for classifier_id in deleted:
+        models.evict(classifier_id)
     return TenantDeleted(tenant_id, deleted, datasets)

@@ -10,8 +10,8 @@ from typing import Any
 
 from fastapi import Query, Request, Response
 
-from service import tenancy
-from service.api.deps import InvalidationsDep, SessionDep, SettingsDep
+from service import tenancy, tenant_deletion
+from service.api.deps import InvalidationsDep, ModelCacheDep, SessionDep, SettingsDep, StoreDep
 from service.api.routing import Router
 from service.api.schemas import KeyRotate
 from service.errors import BadRequest
@@ -81,6 +81,23 @@ def revoke_key(
     tenancy.revoke_key(session, tenant_id, key_id, now=utcnow())
     invalidations.announce(tenant_id)
     return {}
+
+
+@router.post("/tenants/{tenant_id}/delete")
+def delete_tenant(
+    _: CsrfSessionDep,
+    tenant_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    models: ModelCacheDep,
+    invalidations: InvalidationsDep,
+) -> dict[str, object]:
+    """Delete the tenant and everything it owns, as ``DELETE /v1/admin/tenants/{id}`` does."""
+    deleted = tenant_deletion.delete_tenant(
+        session, settings, store, tenant_id, now=utcnow(), invalidations=invalidations, models=models
+    )
+    return {"tenant_id": tenant_id, "classifiers": len(deleted.classifiers), "datasets": deleted.datasets}
 
 
 @scrape_router.get("/metrics")

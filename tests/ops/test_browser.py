@@ -105,6 +105,13 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
     assert not blocked, f"the dashboard's own CSP blocked: {blocked}"
     # and the platform's /metrics carry the real training's series
     _assert_training_metrics(base, job_id=page.url.rsplit("/", 1)[-1])
+    # and the operator deletes the tenant on the tenants page, typing its name to confirm
+    page.goto(f"{base}/ops/tenants")
+    name = page.inner_text("#tenants section.card h2")
+    page.once("dialog", lambda dialog: dialog.accept(name))
+    page.click("#tenants button:text('Delete tenant')")
+    page.wait_for_selector(f"#issued:text('Deleted {name}: 1 classifiers, 1 datasets')")
+    assert httpx.get(f"{base}/v1/classifiers", headers={"X-API-Key": tenant_key}).status_code == 401
 
 
 def _assert_training_metrics(base: str, *, job_id: str) -> None:

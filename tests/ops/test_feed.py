@@ -223,3 +223,22 @@ def test_overview_says_why_it_lists_no_worker_when_the_registry_is_unreachable(s
     found = views.overview(session, down, now=utcnow())
 
     assert found["workers"] == [] and "registry (Redis) is unreachable" in found["workers_error"]
+
+
+def test_the_dashboard_deletes_a_tenant_with_everything_it_owns_given_the_csrf_header(
+    ops_client: TestClient, tenant: TenantHandle, csrf: str, admin_headers: dict[str, str]
+) -> None:
+    _create(ops_client, tenant, "doomed")
+    path = f"/ops/api/tenants/{tenant.id}/delete"
+
+    forged = ops_client.post(path)
+    deleted = ops_client.post(path, headers={"X-CSRF-Token": csrf})
+    again = ops_client.post(path, headers={"X-CSRF-Token": csrf})
+
+    assert forged.status_code == 403
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json() == {"tenant_id": tenant.id, "classifiers": 1, "datasets": 1}
+    assert again.status_code == 404
+    assert ops_client.get("/v1/classifiers", headers=tenant.headers).status_code == 401
+    listed = ops_client.get("/v1/admin/tenants", headers=admin_headers).json()["tenants"]
+    assert tenant.id not in [t["tenant_id"] for t in listed]

@@ -68,15 +68,8 @@ def delete_tenant(
     """Delete the tenant and everything it owns: its keys at once, its classifiers (trainings
     stopped), datasets and files. A deletion cut off part-way is finished by the same request."""
     deleted = tenant_deletion.delete_tenant(
-        session,
-        settings,
-        store,
-        tenant_id,
-        now=utcnow(),
-        keys_revoked=lambda: invalidations.announce(tenant_id),
+        session, settings, store, tenant_id, now=utcnow(), invalidations=invalidations, models=models
     )
-    for classifier_id in deleted.classifiers:
-        models.evict(classifier_id)
     return TenantDeletedInfo(
         tenant_id=deleted.tenant_id, classifiers=len(deleted.classifiers), datasets=deleted.datasets
     )

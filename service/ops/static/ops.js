@@ -171,6 +171,7 @@ const pages = {
     const act = async (path, body, message) => {
       try {
         const reply = await api(path, { method: "POST", body: JSON.stringify(body) });
+        if (typeof message === "function") message = message(reply);
         issued.textContent = reply.api_key ? `${message}: ${reply.api_key} (shown once; copy it now)` : message;
       } catch (error) {
         issued.textContent = "Failed: " + error.message;
@@ -193,7 +194,11 @@ const pages = {
                   act(`${base}/${encodeURIComponent(k.key_id)}/revoke`, {}, `Revoked ${k.prefix}…`) }, "Revoke")))))),
           el("p", {}, el("button", { type: "button", onclick: () => act(base, { revoke_others: false }, `New key for ${t.name}`) }, "New key"),
             " ", el("button", { type: "button", class: "danger", onclick: () => confirm(`Rotate: new key, revoke every other key of ${t.name}?`) &&
-              act(base, { revoke_others: true }, `Rotated key of ${t.name}`) }, "Rotate (revoke others)")),
+              act(base, { revoke_others: true }, `Rotated key of ${t.name}`) }, "Rotate (revoke others)"),
+            " ", el("button", { type: "button", class: "danger", onclick: () =>
+              prompt(`Delete ${t.name} with every key, classifier, dataset and file? This cannot be undone. Type the tenant's name to confirm.`) === t.name &&
+              act(`/tenants/${encodeURIComponent(t.tenant_id)}/delete`, {},
+                (r) => `Deleted ${t.name}: ${r.classifiers} classifiers, ${r.datasets} datasets`) }, "Delete tenant")),
           el("details", {}, el("summary", {}, `${t.classifiers.length} classifiers`),
             el("ul", {}, ...t.classifiers.map((c) => el("li", {}, `${c.name} — ${c.status}`)))));
       }));

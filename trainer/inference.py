@@ -142,15 +142,15 @@ def _check_weights(tensors: object, model_dir: Path) -> None:
 
 
 def _stores_every_value(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is dense, contiguous and backed by a value for every element.
+    """Whether ``tensor`` is dense and its storage holds as many values as it has elements.
 
     torch.save keeps a view's strides: a tensor expanded from one number (stride 0) claims any
     shape from a file of two kilobytes, and building the model from it allocated gigabytes in
-    the API process (a forged bundle). A tensor that holds its values is no larger than the
-    file that held it, and that file is within the upload limit."""
+    the API process (a forged bundle). A tensor whose storage holds its values is no larger
+    than the file that held it, and that file is within the upload limit (its strides may be
+    a transpose's: harmless)."""
     return (
         tensor.layout == torch.strided
-        and tensor.is_contiguous()
         and tensor.untyped_storage().nbytes() >= tensor.numel() * tensor.element_size()
     )
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections import Counter
 from typing import Any
 
 IN_FLIGHT_PER_TENANT = 2
 IN_FLIGHT = 64  # threads left behind by the deadline, all tenants together
+# How long a lookup waits for a place: a burst of one tenant's creates queues behind its own
+# lookups, which take milliseconds; behind hung ones, it is refused after this.
+WAIT_FOR_PLACE_S = 1.0
 
 _AddressInfo = list[tuple[Any, ...]]
 
@@ -29,23 +33,22 @@ class LookupRefused(OSError):
 class HostLookups:
     """``resolve``: getaddrinfo on a thread of its own, waited for at most ``timeout`` seconds."""
 
-    def __init__(self, per_tenant: int = IN_FLIGHT_PER_TENANT, in_flight: int = IN_FLIGHT) -> None:
-        self.per_tenant, self.in_flight = per_tenant, in_flight
-        self._lock = threading.Lock()
+    def __init__(
+        self,
+        per_tenant: int = IN_FLIGHT_PER_TENANT,
+        in_flight: int = IN_FLIGHT,
+        wait_for_place: float = WAIT_FOR_PLACE_S,
+    ) -> None:
+        self.per_tenant, self.in_flight, self.wait_for_place = per_tenant, in_flight, wait_for_place
+        self._places = threading.Condition()
         self._running: Counter[str] = Counter()
 
     def resolve(self, tenant_id: str, host: str, port: int, timeout: float) -> _AddressInfo:
-        """The stream addresses of ``host``; LookupRefused when ``tenant_id`` already has
-        ``per_tenant`` lookups running (or all tenants ``in_flight``) or this one takes longer
-        than ``timeout``; OSError when the host does not resolve."""
-        with self._lock:
-            if self._running[tenant_id] >= self.per_tenant:
-                raise LookupRefused(
-                    f"{self._running[tenant_id]} earlier lookups of this tenant's hosts are still running"
-                )
-            if self._running.total() >= self.in_flight:
-                raise LookupRefused("too many lookups of callback hosts are still running")
-            self._running[tenant_id] += 1
+        """The stream addresses of ``host``; LookupRefused when no place frees within
+        ``wait_for_place`` (``tenant_id`` has ``per_tenant`` lookups running, or all tenants
+        ``in_flight``) or the lookup takes longer than ``timeout``; OSError when the host does
+        not resolve."""
+        self._take_place(tenant_id, min(timeout, self.wait_for_place))
         outcome: list[_AddressInfo | OSError] = []
         done = threading.Event()
 
@@ -55,10 +58,11 @@ class HostLookups:
             except OSError as error:
                 outcome.append(error)
             finally:
-                with self._lock:
+                with self._places:
                     self._running[tenant_id] -= 1
                     if not self._running[tenant_id]:
                         del self._running[tenant_id]
+                    self._places.notify_all()
                 done.set()
 
         threading.Thread(target=look_up, name="callback-host-lookup", daemon=True).start()
@@ -68,6 +72,23 @@ class HostLookups:
         if isinstance(found, OSError):
             raise found
         return found
+
+    def _take_place(self, tenant_id: str, patience: float) -> None:
+        deadline = time.monotonic() + patience
+        with self._places:
+            while (
+                full := self._running[tenant_id] >= self.per_tenant
+            ) or self._running.total() >= self.in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if full:
+                        running = self._running[tenant_id]
+                        raise LookupRefused(
+                            f"{running} earlier lookups of this tenant's hosts are still running"
+                        )
+                    raise LookupRefused("too many lookups of callback hosts are still running")
+                self._places.wait(left)
+            self._running[tenant_id] += 1
 
 
 LOOKUPS = HostLookups()  # one per process: the API's checks, or the webhook worker's attempts

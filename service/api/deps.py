@@ -24,13 +24,13 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import State
 
-from service import classifiers, datasets, serving
+from service import classifiers, datasets, serving, tenant_deletion
 from service.db import POOL_TIMEOUT_S
 from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from service.failed_keys import FailedKeys
 from service.invalidation import Invalidations
 from service.lookup_cache import LookupCache
-from service.models import Classifier, Dataset, Tenant
+from service.models import Classifier, Dataset, Tenant, utcnow
 from service.ratelimit import RateLimiter
 from service.serving import ModelCache, Servable
 from service.settings import Settings
@@ -294,3 +294,20 @@ def _query_names(dependant: Dependant) -> set[str]:
     for dependency in dependant.dependencies:
         names |= _query_names(dependency)
     return names
+
+
+def _tenant_deleter(
+    session: SessionDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    models: ModelCacheDep,
+    invalidations: InvalidationsDep,
+) -> Callable[[str], tenant_deletion.TenantDeleted]:
+    """tenant_deletion.delete_tenant, bound to this request's session and this process's
+    caches: the admin route and the dashboard's button."""
+    return lambda tenant_id: tenant_deletion.delete_tenant(
+        session, settings, store, tenant_id, now=utcnow(), invalidations=invalidations, models=models
+    )
+
+
+TenantDeleterDep = Annotated[Callable[[str], tenant_deletion.TenantDeleted], Depends(_tenant_deleter)]

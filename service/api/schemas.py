@@ -23,6 +23,7 @@ from service.models import (
     timestamp,
 )
 from service.status_events import event_json
+from service.tenant_deletion import TenantDeleted
 
 PROGRESS_FIELDS = (
     "phase",
@@ -438,6 +439,12 @@ class TenantDeletedInfo(BaseModel):
     tenant_id: str
     classifiers: int
     datasets: int
+
+    @classmethod
+    def build(cls, deleted: TenantDeleted) -> TenantDeletedInfo:
+        return cls(
+            tenant_id=deleted.tenant_id, classifiers=len(deleted.classifiers), datasets=deleted.datasets
+        )
 
 
 class KeyRotate(BaseModel):

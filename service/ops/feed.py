@@ -10,10 +10,10 @@ from typing import Any
 
 from fastapi import Query, Request, Response
 
-from service import tenancy, tenant_deletion
-from service.api.deps import InvalidationsDep, ModelCacheDep, SessionDep, SettingsDep, StoreDep
+from service import tenancy
+from service.api.deps import InvalidationsDep, SessionDep, SettingsDep, TenantDeleterDep
 from service.api.routing import Router
-from service.api.schemas import KeyRotate
+from service.api.schemas import KeyRotate, TenantDeletedInfo
 from service.errors import BadRequest
 from service.metrics import CONTENT_TYPE, Metrics
 from service.models import JobState, utcnow
@@ -83,21 +83,10 @@ def revoke_key(
     return {}
 
 
-@router.post("/tenants/{tenant_id}/delete")
-def delete_tenant(
-    _: CsrfSessionDep,
-    tenant_id: str,
-    session: SessionDep,
-    settings: SettingsDep,
-    store: StoreDep,
-    models: ModelCacheDep,
-    invalidations: InvalidationsDep,
-) -> dict[str, object]:
+@router.post("/tenants/{tenant_id}/delete", response_model=TenantDeletedInfo)
+def delete_tenant(_: CsrfSessionDep, tenant_id: str, delete: TenantDeleterDep) -> TenantDeletedInfo:
     """Delete the tenant and everything it owns, as ``DELETE /v1/admin/tenants/{id}`` does."""
-    deleted = tenant_deletion.delete_tenant(
-        session, settings, store, tenant_id, now=utcnow(), invalidations=invalidations, models=models
-    )
-    return {"tenant_id": tenant_id, "classifiers": len(deleted.classifiers), "datasets": deleted.datasets}
+    return TenantDeletedInfo.build(delete(tenant_id))
 
 
 @scrape_router.get("/metrics")

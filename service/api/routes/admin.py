@@ -7,14 +7,13 @@ from dataclasses import asdict
 from fastapi import Depends
 from sqlalchemy.orm import Session
 
-from service import quotas, tenancy, tenant_deletion
+from service import quotas, tenancy
 from service.api.deps import (
     AdminDep,
     InvalidationsDep,
-    ModelCacheDep,
     SessionDep,
     SettingsDep,
-    StoreDep,
+    TenantDeleterDep,
     refuse_unknown_query,
 )
 from service.api.routing import Router
@@ -56,23 +55,10 @@ def list_tenants(_: AdminDep, session: SessionDep) -> TenantList:
 
 
 @router.delete("/tenants/{tenant_id}", response_model=TenantDeletedInfo)
-def delete_tenant(
-    _: AdminDep,
-    tenant_id: str,
-    session: SessionDep,
-    settings: SettingsDep,
-    store: StoreDep,
-    models: ModelCacheDep,
-    invalidations: InvalidationsDep,
-) -> TenantDeletedInfo:
+def delete_tenant(_: AdminDep, tenant_id: str, delete: TenantDeleterDep) -> TenantDeletedInfo:
     """Delete the tenant and everything it owns: its keys at once, its classifiers (trainings
     stopped), datasets and files. A deletion cut off part-way is finished by the same request."""
-    deleted = tenant_deletion.delete_tenant(
-        session, settings, store, tenant_id, now=utcnow(), invalidations=invalidations, models=models
-    )
-    return TenantDeletedInfo(
-        tenant_id=deleted.tenant_id, classifiers=len(deleted.classifiers), datasets=deleted.datasets
-    )
+    return TenantDeletedInfo.build(delete(tenant_id))
 
 
 @router.post("/tenants/{tenant_id}/keys", response_model=KeyIssued, status_code=201)

@@ -11,13 +11,11 @@ nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, IPv6Network, ip_address
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from service.host_lookups import LookupRefused
+from service.host_lookups import LOOKUPS, LookupRefused
 
 MAX_URL_CHARS = 2048
 _NAT64 = IPv6Network("64:ff9b::/96")
@@ -40,12 +38,11 @@ class Destination:
     server_name: str | None
 
 
-Resolve = Callable[[str, int], Sequence[tuple[Any, ...]]]  # getaddrinfo of (host, port), bounded
-
-
-def check_callback_url(url: str, *, allow_private: bool, resolve: Resolve) -> Destination:
-    """Check ``url`` and resolve its host (``resolve``: a bound lookup, service.host_lookups)
-    to the addresses to connect to.
+def check_callback_url(url: str, *, allow_private: bool, tenant_id: str, timeout: float) -> Destination:
+    """Check ``url`` and resolve its host to the addresses to connect to, within ``timeout``
+    seconds and among ``tenant_id``'s few lookups in flight (service.host_lookups: the create
+    that checks a URL holds a database connection, and a webhook attempt one of the worker's
+    threads).
 
     Raises UnsafeCallback when the URL is malformed, not http(s), carries credentials, its host
     does not resolve (or not in time), or (unless ``allow_private``) any address it resolves to
@@ -76,7 +73,7 @@ def check_callback_url(url: str, *, allow_private: bool, resolve: Resolve) -> De
     except UnicodeError:
         raise UnsafeCallback(f"host '{parts.hostname}' is not a valid host name") from None
     try:
-        found = resolve(host, port)
+        found = LOOKUPS.resolve(tenant_id, host, port, timeout)
     except LookupRefused as refused:
         raise UnsafeCallback(f"host '{parts.hostname}' could not be looked up: {refused}") from None
     except OSError:

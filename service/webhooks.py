@@ -35,7 +35,6 @@ from sqlalchemy.orm import Session
 from service import webhook_slots
 from service.callback_urls import Destination, UnsafeCallback, check_callback_url
 from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
-from service.host_lookups import LOOKUPS
 from service.jobs import BackOff
 from service.models import (
     Classifier,
@@ -225,14 +224,11 @@ def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | No
     signature = sign(secret, body, int(time.time()))
     started = time.monotonic()
     try:
-        # the lookup is service.host_lookups': one whose name servers do not answer is left
-        # behind at the deadline and keeps its tenant's place, so it holds up no other tenant's
         target = check_callback_url(
             event.callback_url or "",
             allow_private=settings.webhook_allow_private,
-            resolve=functools.partial(
-                LOOKUPS.resolve, event.tenant_id, timeout=settings.webhook_timeout_seconds
-            ),
+            tenant_id=event.tenant_id,
+            timeout=settings.webhook_timeout_seconds,
         )
         left = settings.webhook_timeout_seconds - (time.monotonic() - started)
         status_code, excerpt = asyncio.run(_send(target, event, body, signature, settings, left))

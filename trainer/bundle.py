@@ -188,10 +188,9 @@ def _metrics_problem(metrics: object) -> str | None:
     a NaN is JSON only to Python (PostgreSQL's JSON refuses it, strict parsers too)."""
     if metrics is None:
         return None
-    deepest, stack = 0, [(metrics, 1)]
+    stack = [(metrics, 1)]
     while stack:
         value, depth = stack.pop()
-        deepest = max(deepest, depth)
         if depth > _METRICS_DEPTH:
             return f"nest deeper than {_METRICS_DEPTH} levels"
         children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()

@@ -59,7 +59,7 @@ def sweep_unrecorded(session: Session, store: ArtifactStore, max_age_seconds: fl
     stored = _stored(store)
     recorded = {
         tenant_id: _recorded(session, tenant_id)
-        for tenant_id in sorted({key.split("/")[1] for key in stored if key.count("/") >= 1})
+        for tenant_id in sorted({key.split("/")[1] for key in stored})  # every key is tenants/<id>/...
     }
     leftovers: dict[str, _Leftover] = {}
     for key, (changed, is_dir) in stored.items():

@@ -9,7 +9,6 @@ refusal removes the stored file again.
 
 from __future__ import annotations
 
-import functools
 import json
 from enum import StrEnum
 from typing import TypeVar
@@ -21,7 +20,6 @@ from service.api.schemas import CreateFromDataset, VersionFromDataset
 from service.api.uploads import RAW_BODY, Upload
 from service.callback_urls import UnsafeCallback, check_callback_url
 from service.errors import BadRequest
-from service.host_lookups import LOOKUPS
 from service.models import Classifier, ClassifierMode, ClassifierVersion, Dataset, Promote, utcnow
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -200,17 +198,18 @@ def _choice(kind: type[_Choice], value: object, field: str) -> _Choice:
 
 
 def _callback_url(value: object, field: str, settings: Settings, tenant_id: str) -> str | None:
-    """The checked callback URL of a create (None when not given); BadRequest naming ``field``.
-
-    The create holds a database connection meanwhile, so the host's lookup is bounded
-    (service.host_lookups): ``webhook_timeout_seconds``, and two in flight per tenant."""
+    """The checked callback URL of a create (None when not given); BadRequest naming ``field``."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise BadRequest(field, "must be a string: the URL that status events are POSTed to")
-    resolve = functools.partial(LOOKUPS.resolve, tenant_id, timeout=settings.webhook_timeout_seconds)
     try:
-        check_callback_url(value, allow_private=settings.webhook_allow_private, resolve=resolve)
+        check_callback_url(
+            value,
+            allow_private=settings.webhook_allow_private,
+            tenant_id=tenant_id,
+            timeout=settings.webhook_timeout_seconds,
+        )
     except UnsafeCallback as refused:
         raise BadRequest(field, str(refused)) from None
     return value

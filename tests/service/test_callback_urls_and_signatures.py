@@ -3,7 +3,6 @@ beyond the resolver; hostnames that must resolve to given addresses patch the re
 
 from __future__ import annotations
 
-import functools
 import socket
 import threading
 import time
@@ -20,8 +19,7 @@ BODY = b'{"id":"e1","status":"Available"}'
 
 
 def _check(url: str, *, allow_private: bool) -> Any:
-    resolve = functools.partial(HostLookups().resolve, "tenant", timeout=10.0)
-    return check_callback_url(url, allow_private=allow_private, resolve=resolve)
+    return check_callback_url(url, allow_private=allow_private, tenant_id="tenant", timeout=10.0)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from service import ops, serving
 from service.api import errors
+from service.api.compression import CompressReplies
 from service.api.deps import utf8_query
 from service.api.fast_classify import FastClassify
 from service.api.routes import admin, bundles, classifiers, classify, datasets, versions, webhooks
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # NLC create, a new version, a bundle import, a dataset upload.
         upload_paths=re.compile(r"/v1/classifiers(/import|/[^/]+/versions)?|/v1/datasets"),
     )
+    app.add_middleware(CompressReplies)
     app.add_middleware(OperatorHeaders)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     for module in (classifiers, classify, versions, bundles, datasets, webhooks, admin):

@@ -70,10 +70,16 @@ def train_tiny_model(root: Path, classes: dict[str, list[str]] = WEATHER) -> Pat
 
 
 def make_available(
-    session: Session, store: ArtifactStore, tenant_id: str, classifier_id: str, model: Path, version: int = 1
+    session: Session,
+    store: ArtifactStore,
+    tenant_id: str,
+    classifier_id: str,
+    model: Path,
+    version: int = 1,
+    metrics: dict[str, Any] | None = None,
 ) -> str:
     """Take a classifier's just-created ``version`` through the job state machine to Available
-    with ``model``."""
+    with ``model`` (and ``metrics``, by default an accuracy of 1)."""
     job_id = session.scalar(
         select(TrainingJob.id).where(
             TrainingJob.classifier_id == classifier_id, TrainingJob.version == version
@@ -85,6 +91,10 @@ def make_available(
     model_dir = store.model_dir(tenant_id, classifier_id, version) / f"epoch-{lease.epoch}"
     shutil.copytree(model, model_dir)
     assert jobs.finish_job(
-        session, lease, model_dir=store.relative(model_dir), metrics={"accuracy": 1.0}, now=utcnow()
+        session,
+        lease,
+        model_dir=store.relative(model_dir),
+        metrics=metrics or {"accuracy": 1.0},
+        now=utcnow(),
     )
     return classifier_id

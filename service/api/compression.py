@@ -7,10 +7,11 @@ reply of over 128 KiB in a worker thread, off the event loop; ``benchmarks/statu
 ``MINIMUM_BYTES`` (an error, a short listing) go as they are, and classify calls of the
 serving version never reach this middleware (``service.api.fast_classify``).
 
-Only ``/v1`` replies outside ``/v1/admin`` are compressed. The admin API's replies carry API
-keys and the dashboard's pages a CSRF token beside text a tenant chose (names): compressing a
-secret next to attacker-chosen text lets an observer of the reply's length guess the secret
-(BREACH). A HEAD reply has no body to compress, so it answers as an uncompressed GET would.
+Only ``/v1`` replies outside ``/v1/admin`` and ``/v1/webhook_secret`` are compressed. Those
+two carry API keys and signing secrets, and the dashboard's pages a CSRF token, beside text a
+tenant chose (names): compressing a secret next to attacker-chosen text lets an observer of
+the reply's length guess the secret (BREACH). A HEAD reply has no body to compress, so it
+answers as an uncompressed GET would.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ LEVEL = 5
 
 
 class CompressReplies:
-    """ASGI middleware: Starlette's gzip for ``/v1`` replies other than ``/v1/admin``'s."""
+    """ASGI middleware: Starlette's gzip for ``/v1`` replies that carry no secret."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -36,5 +37,8 @@ class CompressReplies:
             await self.app(scope, receive, send)
 
 
+_SECRETS = ("/v1/admin", "/v1/webhook_secret")
+
+
 def _compressed(path: str) -> bool:
-    return path.startswith("/v1/") and not (path == "/v1/admin" or path.startswith("/v1/admin/"))
+    return path.startswith("/v1/") and not any(path == p or path.startswith(f"{p}/") for p in _SECRETS)

@@ -340,5 +340,6 @@ class TenantQuota(Base):
     training_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
     dataset_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     dataset_rows: Mapped[int | None] = mapped_column(Integer, default=None)
+    datasets: Mapped[int | None] = mapped_column(Integer, default=None)  # revision 0006
     classify_rps: Mapped[int | None] = mapped_column(Integer, default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -10,6 +10,8 @@ quota              counts                                       checked when
                                                                 created
 ``dataset_bytes``  bytes of its stored canonical CSVs           a dataset is stored (either
 ``dataset_rows``   rows of its stored canonical CSVs            kind: upload or NLC create)
+``datasets``       its stored datasets (uploads and NLC         the same
+                   creates' training data)
 ``classify_rps``   texts classified per second (a collection's  every classify call
                    each counted; ``service.ratelimit``)
 =================  ===========================================  ===========================
@@ -36,7 +38,7 @@ from service.tenancy import lock_tenant, require_tenant
 
 _ACTIVE_JOBS = (JobState.QUEUED.value, JobState.TRAINING.value)
 _MAX_VALUE = dict.fromkeys(
-    ("classifiers", "versions", "training_jobs", "dataset_rows", "classify_rps"), 2**31 - 1
+    ("classifiers", "versions", "training_jobs", "dataset_rows", "datasets", "classify_rps"), 2**31 - 1
 )
 _MAX_VALUE["dataset_bytes"] = 2**53  # BIGINT column; still exact as a JSON number
 
@@ -50,6 +52,7 @@ class Quotas:
     training_jobs: int
     dataset_bytes: int
     dataset_rows: int
+    datasets: int
     classify_rps: int
 
 
@@ -65,6 +68,7 @@ class Usage:
     training_jobs: int
     dataset_bytes: int
     dataset_rows: int
+    datasets: int
 
 
 def defaults(settings: Settings) -> Quotas:
@@ -93,7 +97,7 @@ def overrides_for(session: Session, tenant_id: str) -> dict[str, int | None]:
 
 def usage(session: Session, tenant_id: str) -> Usage:
     """What the tenant holds now."""
-    return usage_by_tenant(session, tenant_id).get(tenant_id, Usage(0, 0, 0, 0, 0))
+    return usage_by_tenant(session, tenant_id).get(tenant_id, Usage(0, 0, 0, 0, 0, 0))
 
 
 def usage_by_tenant(session: Session, tenant_id: str | None = None) -> dict[str, Usage]:
@@ -109,14 +113,14 @@ def usage_by_tenant(session: Session, tenant_id: str | None = None) -> dict[str,
     classifiers = grouped(func.count(), table=Classifier)
     versions = grouped(func.count(), table=ClassifierVersion)
     jobs = grouped(func.count(), table=TrainingJob, where=(TrainingJob.state.in_(_ACTIVE_JOBS),))
-    data = grouped(func.sum(Dataset.size_bytes), func.sum(Dataset.rows), table=Dataset)
+    data = grouped(func.sum(Dataset.size_bytes), func.sum(Dataset.rows), func.count(), table=Dataset)
     holders = classifiers.keys() | versions.keys() | jobs.keys() | data.keys()
     return {
         tid: Usage(
             classifiers.get(tid, (0,))[0],
             versions.get(tid, (0,))[0],
             jobs.get(tid, (0,))[0],
-            *data.get(tid, (0, 0)),
+            *data.get(tid, (0, 0, 0)),
         )
         for tid in holders
     }
@@ -214,6 +218,7 @@ def _check_training(quotas: Quotas, held: Usage, dataset_bytes: int, dataset_row
 def _check_data(quotas: Quotas, held: Usage, size_bytes: int, rows: int) -> None:
     _check("dataset_bytes", quotas.dataset_bytes, held.dataset_bytes, size_bytes)
     _check("dataset_rows", quotas.dataset_rows, held.dataset_rows, rows)
+    _check("datasets", quotas.datasets, held.datasets, 1)
 
 
 def _check(quota: str, limit: int, held: int, adding: int) -> None:

@@ -223,6 +223,9 @@ class Settings(BaseSettings):
         1024 * 1024 * 1024, ge=0, description="Bytes of stored training data (canonical CSV) per tenant."
     )
     quota_dataset_rows: int = Field(1_000_000, ge=0, description="Rows of stored training data per tenant.")
+    quota_datasets: int = Field(
+        1000, ge=0, description="Datasets (uploads, NLC creates' training data) a tenant may store at once."
+    )
     quota_classify_rps: int = Field(
         100,
         ge=0,

@@ -470,6 +470,7 @@ class QuotaValues(BaseModel):
     training_jobs: int
     dataset_bytes: int
     dataset_rows: int
+    datasets: int
     classify_rps: int
 
 
@@ -481,6 +482,7 @@ class QuotaUsage(BaseModel):
     training_jobs: int
     dataset_bytes: int
     dataset_rows: int
+    datasets: int
 
 
 class QuotaOverrides(BaseModel):
@@ -495,6 +497,7 @@ class QuotaOverrides(BaseModel):
     training_jobs: int | None = Field(None, ge=0, le=_INT32_MAX)
     dataset_bytes: int | None = Field(None, ge=0, le=_BYTES_MAX)
     dataset_rows: int | None = Field(None, ge=0, le=_INT32_MAX)
+    datasets: int | None = Field(None, ge=0, le=_INT32_MAX)
     classify_rps: int | None = Field(None, ge=0, le=_INT32_MAX)
 
     def changes(self) -> dict[str, int | None]:

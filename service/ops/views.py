@@ -141,7 +141,7 @@ def tenants(session: Session, settings: Settings) -> dict[str, Any]:
             {"classifier_id": c.id, "name": c.name, "status": c.status, "created": c.created_at.isoformat()}
         )
     in_force, default = quotas.quotas_by_tenant(session, settings), quotas.defaults(settings)
-    held, nothing = quotas.usage_by_tenant(session), quotas.Usage(0, 0, 0, 0, 0)
+    held, nothing = quotas.usage_by_tenant(session), quotas.Usage(0, 0, 0, 0, 0, 0)
     return {
         "tenants": [
             {

@@ -45,6 +45,7 @@ def test_defaults_come_from_settings_and_overrides_replace_them(
         "training_jobs": 0,
         "dataset_bytes": 0,
         "dataset_rows": 0,
+        "datasets": 0,
     }
 
     changed = _quotas(client, admin_headers, tenant.id, classifiers=3, classify_rps=7).json()
@@ -128,13 +129,16 @@ def test_dataset_quotas_refuse_uploads_that_do_not_fit_and_keep_nothing(
     _refused_for(client.post("/v1/datasets", **upload), "dataset_bytes", size + 10)
     _quotas(client, admin_headers, tenant.id, dataset_bytes=None, dataset_rows=rows + 1)
     _refused_for(client.post("/v1/datasets", **upload), "dataset_rows", rows + 1)
+    _quotas(client, admin_headers, tenant.id, dataset_rows=None, datasets=1)
+    _refused_for(client.post("/v1/datasets", **upload), "datasets", 1)
+    assert _quotas(client, admin_headers, tenant.id).json()["usage"]["datasets"] == 1
 
     assert len(client.get("/v1/datasets", headers=tenant.headers).json()["datasets"]) == 1
     staging = settings.resolved_artifacts_dir() / "tmp"
     assert not staging.exists() or list(staging.iterdir()) == []
 
 
-def test_nlc_create_counts_its_training_data_against_the_row_quota(
+def test_nlc_create_counts_its_training_data_against_the_row_and_dataset_quotas(
     client: TestClient,
     tenant: Any,
     admin_headers: dict[str, str],
@@ -143,6 +147,9 @@ def test_nlc_create_counts_its_training_data_against_the_row_quota(
     _quotas(client, admin_headers, tenant.id, dataset_rows=3)
 
     _refused_for(create_classifier(tenant), "dataset_rows", 3)
+
+    _quotas(client, admin_headers, tenant.id, dataset_rows=None, datasets=0)
+    _refused_for(create_classifier(tenant), "datasets", 0)
 
 
 def test_classify_over_the_rate_is_429_with_retry_after(

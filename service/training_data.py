@@ -84,6 +84,7 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
     Raises InvalidTrainingData on the first violated rule; ``dest`` may then hold a partial
     file, which the caller removes.
     """
+    _refuse_wide_encoding(source)
     with open(source, encoding=_ENCODING, errors="surrogateescape", newline="") as text_in:
         read = _nlc_records if fmt == "nlc" else _labelled_records
         records = read(text_in, limits.max_commas)
@@ -123,6 +124,19 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
             f"at least {limits.min_classes} are required (min_classes)",
         )
     return Summary(input_rows, written, len(classes), dest.stat().st_size, _sha256(dest))
+
+
+def _refuse_wide_encoding(source: Path) -> None:
+    """UTF-16 or UTF-32 without a byte-order mark decodes as UTF-8 whose every other character
+    is NUL: the header was refused as not naming "text" and "label", and NLC data trained
+    classes of NUL-separated letters. A NUL in a text is allowed, so only data whose first
+    bytes are a quarter NUL or more (no text is) is refused."""
+    with open(source, "rb") as raw:
+        head = raw.read(4096)
+    if len(head) >= 4 and head.count(0) * 4 >= len(head):
+        raise InvalidTrainingData(
+            0, "the data looks like UTF-16 or UTF-32 (a NUL byte between characters): send it as UTF-8"
+        )
 
 
 def _nlc_records(lines: Iterable[str], max_commas: int) -> Iterator[tuple[int, str, list[str]]]:
@@ -186,8 +200,8 @@ def _jsonl_records(lines: Iterable[str], max_commas: int) -> Iterator[tuple[int,
             record = json.loads(_valid_utf8(row, line))
         except json.JSONDecodeError as exc:
             raise InvalidTrainingData(row, f"not a JSON object ({exc.msg})") from None
-        except ValueError as exc:  # JSON, but an integer past Python's 4,300 digits
-            raise InvalidTrainingData(row, f"not a JSON object ({exc})") from None
+        except ValueError:  # JSON, but an integer past Python's 4,300 digits
+            raise InvalidTrainingData(row, "holds a number of over 4,300 digits") from None
         except RecursionError:
             raise InvalidTrainingData(row, "JSON nested too deeply") from None
         if not isinstance(record, dict):
@@ -211,6 +225,12 @@ def _csv_rows(lines: Iterable[str], max_commas: int) -> Iterator[tuple[int, list
         except StopIteration:
             return
         except csv.Error as exc:
+            if "field larger than field limit" in str(exc):
+                raise InvalidTrainingData(
+                    row,
+                    f"a field has over {csv.field_size_limit():,} characters, far past a text's limit"
+                    " (max_text_chars)",
+                ) from None
             raise InvalidTrainingData(row, f"malformed CSV ({exc})") from None
         except _TooWide:
             raise _too_wide(row, max_commas) from None
@@ -269,6 +289,8 @@ def unprintable(value: str) -> str | None:
     surrogate, a bidi reordering, nothing visible), or None."""
     if has_surrogates(value):
         return "is not valid Unicode (unpaired surrogate)"
+    if value and not value.strip():
+        return "is blank"
     if value and not _visible(value):  # a tenant named U+200B listed as a blank
         return "has no visible character (only zero-width or format characters)"
     if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value):  # Zl, Zp: U+2028, U+2029

@@ -158,17 +158,16 @@ def dataset_from_upload(
     """Dataset upload: CSV with a ``text,label`` header or JSON Lines, as a multipart part
     (``training_data`` or ``file``) or as the raw body; ``name`` from the query or a ``name`` part."""
     try:
-        data = next((upload.files[p] for p in (TRAINING_DATA, "file", RAW_BODY) if p in upload.files), None)
-        if data is None:
+        sent = [upload.files[p] for p in (TRAINING_DATA, "file", RAW_BODY) if p in upload.files]
+        if not sent:
             raise BadRequest(
                 TRAINING_DATA, "no training data: send a 'training_data' part or a CSV/JSONL body"
             )
-        raw_name = (
-            name if name is not None else upload.fields.get("name", b"dataset").decode("utf-8", "replace")
-        )
-        checked = datasets.check_name(raw_name, "name", settings.max_name_chars)
+        if len(sent) > 1:  # the second was ignored
+            raise BadRequest(TRAINING_DATA, "send the data once: a 'training_data' and a 'file' part came")
+        checked = datasets.check_name(_name(name, upload), "name", settings.max_name_chars)
         staged = datasets.stage_upload(
-            store, data, "labelled", Limits.from_settings(settings), tenant_id=tenant_id
+            store, sent[0], "labelled", Limits.from_settings(settings), tenant_id=tenant_id
         )
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_store_dataset(
@@ -177,6 +176,17 @@ def dataset_from_upload(
         return datasets.create_dataset(session, store, staged, name=checked, now=utcnow())
     finally:
         upload.discard()
+
+
+def _name(query: str | None, upload: Upload) -> str:
+    """The dataset's name: the query's, else the ``name`` part's (strictly UTF-8, as a query's
+    is), else "dataset"."""
+    if query is not None:
+        return query
+    try:
+        return upload.fields.get("name", b"dataset").decode("utf-8")
+    except UnicodeDecodeError:  # was decoded with replacement characters and stored so
+        raise BadRequest("name", "is not valid UTF-8") from None
 
 
 def _stage_training_data(

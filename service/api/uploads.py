@@ -81,10 +81,19 @@ async def read_json(request: Request, limit: int = SMALL_PART_BYTES) -> object:
         raise BadRequest("body", "JSON nested too deeply") from None
 
 
-def is_json(request: Request) -> bool:
-    """Whether the request declares a JSON body."""
+def is_training_json(request: Request) -> bool:
+    """For a route that trains (a create, a new version): whether the body is JSON naming a
+    dataset (True) or NLC's multipart upload (False). Any other body is refused before it is
+    read: a CSV sent whole was spooled, then refused for lacking a multipart part."""
     content_type, _ = parse_options_header(request.headers.get("content-type", ""))
-    return content_type == b"application/json"
+    if content_type in (b"application/json", b"multipart/form-data"):
+        return content_type == b"application/json"
+    raise BadRequest(
+        "Content-Type",
+        f"{content_type.decode('latin-1')!r} is not taken here: send multipart/form-data (NLC's"
+        " training_data part, and training_metadata) or application/json naming a dataset_id; a"
+        " labelled CSV or JSON Lines body is stored by POST /v1/datasets",
+    )
 
 
 async def _limited_stream(request: Request, limit: int) -> AsyncIterator[bytes]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -26,6 +26,15 @@ class Api:
 
     def __init__(self, url: str, key: str) -> None:
         self.url = url.rstrip("/")
+        try:
+            where = urlsplit(self.url)
+        except ValueError as error:  # "http://[::1"
+            raise ClientError(f"{url!r} is not a valid URL ({error})") from None
+        if where.scheme not in {"http", "https"} or not where.netloc or where.query or where.fragment:
+            raise ClientError(
+                f"{url!r} is not the platform's URL: give http(s)://HOST[:PORT][/PATH], with no"
+                " query or fragment"
+            )
         if not key.isascii() or not key.isprintable() or " " in key:
             # an HTTP header cannot carry it, and httpx's error would print the key
             raise ClientError(
@@ -99,7 +108,8 @@ class Api:
         """POST a headerless ``text,class`` CSV (and ``training_metadata``) as NLC's multipart
         upload: a create, or a new version."""
         with _open(file) as data:
-            files: dict[str, Any] = {"training_data": (file.name, data, "text/csv")}
+            # the part's file name is not used, and a name that is not UTF-8 could not be sent
+            files: dict[str, Any] = {"training_data": ("training_data.csv", data, "text/csv")}
             if metadata is not None:
                 files["training_metadata"] = (None, json.dumps(metadata), "application/json")
             return self.call("POST", path, files=files)
@@ -107,9 +117,12 @@ class Api:
 
 def segments(*parts: str | int) -> str:
     """The API path ``/v1/<part>/<part>…``, each part percent-encoded: an id given on the
-    command line is one segment, so ``../datasets/ID`` cannot reach another resource."""
-    if any(part == "" for part in parts):
-        raise ClientError("an id cannot be empty")
+    command line is one segment, so ``../datasets/ID`` cannot reach another resource. A part
+    of ``.`` or ``..`` is refused: encoding leaves dots as they are, and the URL's dot segments
+    would be resolved (``tenants revoke TID ..`` sent ``DELETE /v1/admin/tenants/TID``)."""
+    for part in map(str, parts):
+        if part in {"", ".", ".."}:
+            raise ClientError(f"{part!r} is not an id" if part else "an id cannot be empty")
     return "/v1/" + "/".join(quote(str(part), safe="") for part in parts)
 
 

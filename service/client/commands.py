@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ R = TypeVar("R")
 JSON_OPTION = typer.Option(False, "--json", help="Print the server's JSON reply (for scripts).")
 POLL_SECONDS = 1.0
 ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # end states (classifier, version), exit codes
+SNIFF_BYTES = 64 * 1024  # what _is_labelled reads of a training file
 
 # soft_wrap: a line is printed whole (a failure is one line on stderr, however long); tables
 # still fit the terminal
@@ -162,6 +164,8 @@ def train(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Create a classifier from FILE and start its training."""
+    if not name.strip():
+        raise ClientError("--name must not be blank")
     labelled = _is_labelled(file)
     with _api() as api:
         if labelled:
@@ -184,6 +188,9 @@ def classify(
 ) -> None:
     """Classify each TEXT with the classifier ID, or offline with a model bundle file (a path
     instead of an ID: see GET /v1/classifiers/{id}/bundle)."""
+    for number, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise ClientError(f"TEXT {number} is blank: the API classifies no empty text")
     if offline.is_bundle(classifier_id):
         results = offline.classify(Path(classifier_id), texts)
     else:
@@ -212,7 +219,11 @@ def _classify_online(classifier_id: str, texts: list[str]) -> list[dict[str, Any
     collection = [{"text": text} for text in texts]
     with _api() as api:
         path = segments("classifiers", classifier_id, "classify_collection")
-        return list(api.call("POST", path, json={"collection": collection})["collection"])
+        try:
+            return list(api.call("POST", path, json={"collection": collection})["collection"])
+        except ClientError as error:  # "collection.3.text: ..." is the command line's TEXT 4
+            told = re.sub(r"\bcollection\.(\d+)\.text\b", lambda at: f"TEXT {int(at[1]) + 1}", str(error))
+            raise ClientError(told, error.status) from None
 
 
 @classifiers.command("list")
@@ -466,14 +477,24 @@ def _table(*columns: str) -> Table:
 
 def _is_labelled(file: Path) -> bool:
     """Whether FILE is a dataset upload (JSON Lines, or CSV whose header names text and label)
-    rather than NLC's headerless ``text,class`` CSV."""
+    rather than NLC's headerless ``text,class`` CSV: told as the server tells a dataset's
+    format, by its first line that is not blank (``{`` or ``[``: JSON), whatever the file's
+    name; only the first ``SNIFF_BYTES`` are read. (Told by the first CSV record, a ``.json``
+    file of JSON Lines went as NLC CSV and trained classes such as ``"label": "music"}``.)"""
     if file.suffix.lower() in {".jsonl", ".ndjson"}:
         return True
     try:
-        with open(file, encoding="utf-8-sig", newline="") as source:
-            header = next(csv.reader(source), [])
-    except (OSError, UnicodeDecodeError) as error:
+        with open(file, "rb") as source:
+            head = source.read(SNIFF_BYTES).decode("utf-8-sig", errors="replace")
+    except OSError as error:
         raise ClientError(f"cannot read {file}: {error}") from None
+    first = next((line.strip() for line in head.splitlines() if line.strip()), "")
+    if first.startswith(("{", "[")):
+        return True
+    try:
+        header = next(csv.reader([first]), [])
+    except csv.Error:  # an unclosed quote: no header; the server names the row
+        return False
     return {"text", "label"} <= {cell.strip().lower() for cell in header}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -131,8 +132,10 @@ def test_a_wait_that_ends_cancelled_says_so_in_one_line_however_long(
         ("http://127.0.0.1:9", "admin_secret\r", "the key holds a character no API key has"),
         ("http://127.0.0.1:9", "cl\u00e9", "the key holds a character no API key has"),
         ("http://[::1", "some-key", "is not a valid URL"),
+        ("http://127.0.0.1:9?x=1", "some-key", "with no query or fragment"),  # it asked GET /?x=1
+        ("127.0.0.1:9", "some-key", "give http(s)://HOST[:PORT][/PATH]"),
     ],
-    ids=["key-with-a-carriage-return", "non-ascii-key", "bad-url"],
+    ids=["key-with-a-carriage-return", "non-ascii-key", "bad-url", "url-with-a-query", "no-scheme"],
 )
 def test_a_key_or_url_that_cannot_be_sent_is_one_line_that_never_shows_the_key(
     taas: Callable[..., Result], url: str, key: str, said: str
@@ -163,6 +166,83 @@ def test_an_id_is_one_percent_encoded_path_segment_and_never_empty() -> None:
     )
     with pytest.raises(ClientError, match="an id cannot be empty"):
         segments("classifiers", "")
+
+
+@pytest.mark.parametrize("dots", [".", ".."])
+def test_an_id_of_dots_is_refused_before_any_request(taas: Callable[..., Result], dots: str) -> None:
+    """Dots are left as they are by percent-encoding, and httpx resolved them: ``tenants revoke
+    TID ..`` sent ``DELETE /v1/admin/tenants/TID``, which deleted the tenant."""
+    with pytest.raises(ClientError, match=f"'{re.escape(dots)}' is not an id"):
+        segments("admin", "tenants", "t1", "keys", dots)
+
+    commands.config.save(  # nothing listens there: the refusal comes before any request
+        commands.config.Login(url="http://127.0.0.1:9", key="k", admin=True)
+    )
+    revoked = taas("tenants", "revoke", "t1", dots)
+    assert revoked.exit_code == 1 and revoked.stderr == f"error: '{dots}' is not an id\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "labelled"),
+    [
+        ('{"text": "play jazz", "label": "music"}\n', True),  # JSON Lines in a .json file
+        ('\n\n  [{"text": "play jazz", "label": "music"}]\n', True),  # the server names a JSON array
+        ("\ntext,label\nplay jazz,music\n", True),  # a blank line before the header
+        ("\ufefftext,label\nplay jazz,music\n", True),
+        ("play jazz,music\nrain tomorrow,weather\n", False),
+        ('"an unclosed quote,music\n' + "x" * 200_000, False),  # was a csv.Error traceback
+        ("a" * 200_000 + ",x\nb,y\n", False),  # a field over csv's limit: likewise
+        ("", False),
+    ],
+    ids=["jsonl-as-json", "json-array", "blank-first", "bom", "nlc", "unclosed-quote", "huge-field", "empty"],
+)
+def test_a_training_file_is_told_by_its_first_line_that_is_not_blank(
+    tmp_path: Path, content: str, labelled: bool
+) -> None:
+    file = tmp_path / "data.json"
+    file.write_text(content, encoding="utf-8")
+
+    assert commands._is_labelled(file) is labelled
+
+
+def test_a_blank_name_or_text_is_refused_before_any_request(
+    taas: Callable[..., Result], tmp_path: Path
+) -> None:
+    data = tmp_path / "lab.csv"
+    data.write_text("text,label\nplay jazz,music\n", encoding="utf-8")
+
+    named = taas("train", str(data), "--name", "  ")
+    texts = taas("classify", "some-id", "hello", " ")
+
+    assert named.exit_code == 1 and named.stderr == "error: --name must not be blank\n"
+    assert texts.exit_code == 1 and texts.stderr.startswith("error: TEXT 2 is blank")
+
+
+def test_the_servers_collection_index_is_told_as_the_text_number(
+    taas: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said = b'{"code": 400, "description": "collection.3.text: text has 5000 characters; the limit is 2048"}'
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(said)))
+            self.end_headers()
+            self.wfile.write(said)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    with HTTPServer(("127.0.0.1", 0), Refuse) as server:
+        threading.Thread(target=server.handle_request, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_port}"
+        monkeypatch.setattr(commands, "_api", lambda: commands.Api(url, "k"))
+        result = taas("classify", "some-id", "a", "b", "c", "d" * 5000)
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: 400 Bad Request: TEXT 4: text has 5000 characters; the limit is 2048\n"
 
 
 def test_names_and_texts_print_as_written_not_as_markup() -> None:

@@ -269,22 +269,24 @@ def test_a_row_of_countless_empty_fields_is_400_before_it_is_parsed(
 
 
 @pytest.mark.parametrize(
-    ("data", "row"),
+    ("data", "said"),
     [
-        ("café,food\nhello,greeting\n".encode("latin-1"), 1),
-        ("naïve,a\nfine,b\n".encode() + "über,c\n".encode("latin-1"), 3),
-        ("hello,a\nworld,b\n".encode("utf-16"), 1),
-        (b"ok,a\nok too,b\n\xff\xfe\xfa,c\n", 3),
+        ("café,food\nhello,greeting\n".encode("latin-1"), "row 1: not valid UTF-8"),
+        ("naïve,a\nfine,b\n".encode() + "über,c\n".encode("latin-1"), "row 3: not valid UTF-8"),
+        ("hello,a\nworld,b\n".encode("utf-16"), "the data looks like UTF-16 or UTF-32"),
+        ("hello,a\nworld,b\n".encode("utf-16-be"), "the data looks like UTF-16 or UTF-32"),
+        ("hello,a\nworld,b\n".encode("utf-32"), "the data looks like UTF-16 or UTF-32"),
+        (b"ok,a\nok too,b\n\xff\xfe\xfa,c\n", "row 3: not valid UTF-8"),
     ],
-    ids=["latin-1", "mixed-utf8-then-latin1", "utf-16", "invalid-bytes"],
+    ids=["latin-1", "mixed-utf8-then-latin1", "utf-16", "utf-16-be-no-bom", "utf-32", "invalid-bytes"],
 )
 def test_training_data_that_is_not_utf8_is_400_naming_the_row(
-    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None], data: bytes, row: int
+    client: TestClient, tenant: Any, nothing_left_behind: Callable[[str], None], data: bytes, said: str
 ) -> None:
     reply = _create(client, tenant, data)
 
     assert reply.status_code == 400, reply.text
-    assert reply.json()["description"].startswith(f"row {row}:")
+    assert reply.json()["description"].startswith(said)
     nothing_left_behind(tenant.id)
 
 

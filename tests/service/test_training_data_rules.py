@@ -175,6 +175,7 @@ def test_bom_is_accepted(
         ({"name": "x"}, "training_metadata.language"),
         ({"language": "english!", "name": "x"}, "training_metadata.language"),
         ([1], "training_metadata"),
+        ({"language": "en", "name": "   "}, "training_metadata.name: is blank"),  # "no visible character"
     ],
 )
 def test_bad_metadata_is_400_and_leaves_nothing(
@@ -210,6 +211,31 @@ def test_bad_metadata_is_400_and_leaves_nothing(
         ),
         (b"", "training data has no rows"),
         (b"\n \n", "training data has no rows"),
+        (  # no byte-order mark: "the header must name the columns" before
+            "text,label\nhot,t\n".encode("utf-16-le"),
+            "the data looks like UTF-16 or UTF-32 (a NUL byte between characters): send it as UTF-8",
+        ),
+        (  # Python's own message, naming sys.set_int_max_str_digits(), before
+            b'{"text": "a", "label": "x", "n": ' + b"1" * 5000 + b"}\n",
+            "row 1: holds a number of over 4,300 digits",
+        ),
+        (  # "malformed CSV (field larger than field limit (131072))" before
+            b"text,label\n" + b"a" * 140_000 + b",x\n",
+            "row 2: a field has over 131,072 characters, far past a text's limit (max_text_chars)",
+        ),
+    ],
+    ids=[
+        "header",
+        "jsonl-no-label",
+        "jsonl-not-json",
+        "jsonl-too-wide",
+        "csv-too-wide",
+        "json-array",
+        "empty",
+        "blank",
+        "utf-16-without-bom",
+        "huge-number",
+        "huge-field",
     ],
 )
 def test_bad_dataset_upload_is_400_and_leaves_nothing(
@@ -220,6 +246,56 @@ def test_bad_dataset_upload_is_400_and_leaves_nothing(
     assert reply.status_code == 400
     assert reply.json()["description"] == expected
     nothing_left_behind(tenant.id)
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        (
+            {"training_data": ("a.csv", b"text,label\nhot,t\ncold,c\n"), "file": ("b.csv", b"text,label\n")},
+            "training_data: send the data once: a 'training_data' and a 'file' part came",
+        ),
+        (  # it was stored as the name "\ufffd\ufffdname"
+            {"training_data": ("a.csv", b"text,label\nhot,t\ncold,c\n"), "name": (None, b"\xff\xfename")},
+            "name: is not valid UTF-8",
+        ),
+    ],
+    ids=["two-data-parts", "name-not-utf-8"],
+)
+def test_an_ambiguous_multipart_dataset_is_400_and_leaves_nothing(
+    client: TestClient,
+    tenant: Any,
+    nothing_left_behind: Callable[[str], None],
+    files: dict[str, Any],
+    expected: str,
+) -> None:
+    reply = client.post("/v1/datasets", files=files, headers=tenant.headers)
+
+    assert reply.status_code == 400
+    assert reply.json()["description"] == expected
+    nothing_left_behind(tenant.id)
+
+
+@pytest.mark.parametrize("path", ["/v1/classifiers", "/v1/classifiers/{id}/versions"])
+def test_a_training_body_neither_multipart_nor_json_is_refused_naming_both(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., httpx.Response],
+    nothing_left_behind: Callable[[str], None],
+    path: str,
+) -> None:
+    """A CSV body was spooled whole, then refused for lacking the 'training_metadata' part."""
+    if "{id}" in path:
+        path = path.format(id=create_classifier(tenant, csv=GOOD).json()["classifier_id"])
+    before = client.get("/v1/classifiers", headers=tenant.headers).json()
+
+    reply = client.post(path, content=GOOD, headers={**tenant.headers, "content-type": "text/csv"})
+
+    assert reply.status_code == 400
+    said = reply.json()["description"]
+    assert said.startswith("Content-Type: 'text/csv' is not taken here: send multipart/form-data")
+    assert "application/json" in said and "POST /v1/datasets" in said
+    assert client.get("/v1/classifiers", headers=tenant.headers).json() == before
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from service.api.schemas import (
     TrainingEvent,
     TrainingEvents,
 )
-from service.api.uploads import is_json, read_json, read_upload
+from service.api.uploads import is_training_json, read_json, read_upload
 from service.models import utcnow
 
 router = Router(prefix="/v1/classifiers", tags=["classifiers"])
@@ -65,7 +65,7 @@ async def create_classifier(
 ) -> ClassifierInfo:
     """NLC multipart create, or JSON ``{"name", "language", "dataset_id"}`` (extension); either
     may name a ``callback_url`` for status webhooks (extension)."""
-    if is_json(request):
+    if is_training_json(request):
         spec = CreateFromDataset.model_validate(await read_json(request))
         create = partial(intake.classifier_from_dataset, spec)
     else:

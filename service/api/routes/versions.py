@@ -24,7 +24,7 @@ from service.api.routes.bundles import BUNDLE_MEDIA_TYPE, bundle_response, still
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import VersionFromDataset, VersionInfo, VersionList
-from service.api.uploads import is_json, read_json, read_upload
+from service.api.uploads import is_training_json, read_json, read_upload
 from service.models import Classifier, ClassifierVersion, utcnow
 
 router = Router(prefix="/v1/classifiers/{classifier_id}/versions", tags=["versions"])
@@ -46,7 +46,7 @@ async def create_version(
     (``training_data``, optional ``training_metadata`` with a ``callback_url``) or JSON
     ``{"dataset_id", "callback_url"}``. It serves once Available if the classifier's ``promote``
     is ``auto``; with ``manual``, on a promote call."""
-    if is_json(request):
+    if is_training_json(request):
         spec = VersionFromDataset.model_validate(await read_json(request))
         create = partial(intake.version_from_dataset, spec)
     else:

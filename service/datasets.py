@@ -162,6 +162,22 @@ def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
     return dataset
 
 
+def trainable_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
+    """The tenant's uploaded dataset that a new classifier or version may train on: NotFound as
+    :func:`get_dataset`, BadRequest for the data sent with an NLC create or a version's upload.
+    That belongs to its version and is deleted with it; trained on by another, it was deleted
+    under that one too (which then failed, or could not resume), although a delete of the
+    dataset itself is refused while a training may still need it."""
+    dataset = get_dataset(session, tenant_id, dataset_id)
+    if dataset.origin != DatasetOrigin.UPLOAD.value:
+        raise BadRequest(
+            "dataset_id",
+            f"dataset {dataset_id} is the training data sent with a classifier's version and goes"
+            " with that version: upload it (POST /v1/datasets) to train on it again",
+        )
+    return dataset
+
+
 def keep_dataset(session: Session, source: StagedDataset | Dataset) -> None:
     """Keep a stored dataset that a new version will train on from being deleted until the
     transaction ends (FOR KEY SHARE, against :func:`delete_dataset`'s FOR UPDATE; on SQLite the

@@ -809,6 +809,17 @@ def _version_of_job() -> ColumnElement[bool]:
     )
 
 
+def _newest_available(session: Session, classifier_id: str, other_than: int) -> int | None:
+    """The highest number among the classifier's Available versions but ``other_than``."""
+    return session.scalar(
+        select(func.max(ClassifierVersion.number)).where(
+            ClassifierVersion.classifier_id == classifier_id,
+            ClassifierVersion.status == ClassifierStatus.AVAILABLE.value,
+            ClassifierVersion.number != other_than,
+        )
+    )
+
+
 def _set_status(
     session: Session,
     job_id: str,
@@ -851,7 +862,10 @@ def _set_status(
         .execution_options(synchronize_session=False)
     )
     promoted = status is ClassifierStatus.AVAILABLE and version_view.promotes_on_available(
-        row.serving_version, row.promote, row.number
+        row.serving_version,
+        _newest_available(session, row.classifier_id, row.number),
+        row.promote,
+        row.number,
     )
     if promoted:
         view = {**changes, "serving_version": row.number, "dataset_id": row.dataset_id}

@@ -18,10 +18,14 @@ def shows(serving_version: int | None, latest_version: int, number: int) -> bool
     return number == latest_version
 
 
-def promotes_on_available(serving_version: int | None, promote: str, number: int) -> bool:
+def promotes_on_available(
+    serving_version: int | None, newest_available: int | None, promote: str, number: int
+) -> bool:
     """Whether version ``number``, just Available, starts serving: always when none serves yet,
-    else with ``promote`` ``auto`` if it is newer than the serving one (an older version that
-    finishes late never replaces a newer one)."""
+    else with ``promote`` ``auto`` if it is newer than the serving one and than every other
+    Available one (``newest_available``). An older version that finishes late never replaces
+    a newer one, serving or not: after a rollback from version 3 to 1, version 2 finishing
+    served, undoing the tenant's choice."""
     if serving_version is None:
         return True
-    return promote == Promote.AUTO.value and number > serving_version
+    return promote == Promote.AUTO.value and number > max(serving_version, newest_available or 0)

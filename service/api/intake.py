@@ -118,7 +118,7 @@ def version_from_dataset(
 ) -> ClassifierVersion:
     """New version (extension): train on the tenant's stored dataset ``spec.dataset_id``."""
     callback_url = _callback_url(spec.callback_url, "callback_url", settings, classifier.tenant_id)
-    dataset = datasets.get_dataset(session, classifier.tenant_id, spec.dataset_id)
+    dataset = datasets.trainable_dataset(session, classifier.tenant_id, spec.dataset_id)
     quotas.check_can_add_version(session, settings, classifier.tenant_id)
     return versions.create_version(
         session, store, settings, classifier, source=dataset, now=utcnow(), callback_url=callback_url
@@ -130,7 +130,7 @@ def classifier_from_dataset(
 ) -> Classifier:
     """JSON create (extension): train on the tenant's stored dataset ``spec.dataset_id``."""
     callback_url = _callback_url(spec.callback_url, "callback_url", settings, tenant_id)
-    dataset = datasets.get_dataset(session, tenant_id, spec.dataset_id)
+    dataset = datasets.trainable_dataset(session, tenant_id, spec.dataset_id)
     quotas.check_can_create_classifier(session, settings, tenant_id)
     return classifiers.create_classifier(
         session,

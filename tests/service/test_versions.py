@@ -405,6 +405,65 @@ def test_a_version_from_a_stored_dataset_and_bad_requests(
     assert [v["version"] for v in listed["versions"]] == [1, 2]
 
 
+def test_the_data_sent_with_a_version_trains_no_other(
+    client: TestClient, tenant: TenantHandle, available: str
+) -> None:
+    """It goes with its version: trained on by another classifier (or version), deleting the
+    first took it from under the second, whose training then failed or could not resume."""
+    owned = client.get(f"/v1/classifiers/{available}/versions/1", headers=tenant.headers).json()["dataset_id"]
+    assert owned is not None
+    said = f"dataset_id: dataset {owned} is the training data sent with a classifier's version"
+
+    other = client.post(
+        "/v1/classifiers",
+        json={"name": "b", "language": "en", "dataset_id": owned},
+        headers=tenant.headers,
+    )
+    again = client.post(
+        f"/v1/classifiers/{available}/versions", json={"dataset_id": owned}, headers=tenant.headers
+    )
+
+    for refused in (other, again):
+        assert refused.status_code == 400 and refused.json()["description"].startswith(said)
+    assert [
+        c["classifier_id"]
+        for c in client.get("/v1/classifiers", headers=tenant.headers).json()["classifiers"]
+    ] == [available]
+    listed = client.get(f"/v1/classifiers/{available}/versions", headers=tenant.headers).json()
+    assert [v["version"] for v in listed["versions"]] == [1]
+
+
+def test_an_older_version_finishing_late_does_not_undo_a_rollback(
+    client: TestClient,
+    tenant: TenantHandle,
+    available: str,
+    new_version: Callable[..., httpx.Response],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+) -> None:
+    """Versions 2 and 3 train; 3 serves once Available; the tenant rolls back to 1. Version 2
+    finishing then served (it was newer than the serving 1), undoing the tenant's choice."""
+    assert new_version(tenant, available).status_code == 201
+    assert new_version(tenant, available).status_code == 201
+    make_available(session, store, tenant.id, available, tiny_model, version=3)
+    assert _classifier(client, tenant, available)["serving_version"] == 3
+    assert (
+        client.post(f"/v1/classifiers/{available}/versions/1/promote", headers=tenant.headers).status_code
+        == 200
+    )
+
+    make_available(session, store, tenant.id, available, tiny_model, version=2)
+
+    assert _classifier(client, tenant, available)["serving_version"] == 1
+    listed = client.get(f"/v1/classifiers/{available}/versions", headers=tenant.headers).json()
+    assert [(v["version"], v["status"], v["serving"]) for v in listed["versions"]] == [
+        (1, "Available", True),
+        (2, "Available", False),
+        (3, "Available", False),
+    ]
+
+
 @pytest.mark.parametrize(
     ("field", "value"), [("promote", ["manual"]), ("promote", "later"), ("mode", "multi"), ("mode", 2)]
 )

@@ -11,6 +11,11 @@ API node's uploads go without a local copy), and removes, in both:
 * a tenant's folder, when no tenant has its id;
 * a file in its ``datasets/`` that no dataset of the tenant has as its path;
 * a ``classifiers/<id>/`` folder that no classifier of the tenant has;
+* a ``versions/<n>/`` folder of a classifier that has no version ``n``: a version deletion cut
+  off between its commit and its files, or whose remote delete failed;
+* a ``versions/<n>/model/<folder>`` that the version's row does not name as its model: a
+  worker's that died between moving its model there and recording it, when the job then
+  failed (a job that succeeds removes the other attempts' folders itself);
 * a version's ``checkpoints/`` folder (or a v1 classifier's) that no queued, training or
   cancelled job trains in: a Failed job's, whose worker was lost (its worker discards them
   itself when it records the failure), or a finished one's that a crash kept;
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier, Dataset, JobState, Tenant, TrainingJob
+from service.models import Classifier, ClassifierVersion, Dataset, JobState, Tenant, TrainingJob
 from service.store import ArtifactStore
 
 log = logging.getLogger(__name__)
@@ -43,6 +48,8 @@ class _Recorded:
 
     datasets: set[str]  # keys of dataset files
     classifiers: set[str]  # classifier ids
+    versions: set[str]  # keys of the versions' folders
+    models: set[str]  # keys of the versions' model folders
     checkpoints: set[str]  # keys of the checkpoint folders that jobs may still train in
 
 
@@ -58,7 +65,7 @@ def sweep_unrecorded(session: Session, store: ArtifactStore, max_age_seconds: fl
     cutoff = time.time() - max_age_seconds
     stored = _stored(store)
     recorded = {
-        tenant_id: _recorded(session, tenant_id)
+        tenant_id: _recorded(session, store, tenant_id)
         for tenant_id in sorted({key.split("/")[1] for key in stored})  # every key is tenants/<id>/...
     }
     leftovers: dict[str, _Leftover] = {}
@@ -104,13 +111,23 @@ def _stored(store: ArtifactStore) -> dict[str, tuple[float, bool]]:
     return found
 
 
-def _recorded(session: Session, tenant_id: str) -> _Recorded | None:
+def _recorded(session: Session, store: ArtifactStore, tenant_id: str) -> _Recorded | None:
     """What the rows of ``tenant_id`` name (None: no tenant has that id)."""
     if session.get(Tenant, tenant_id) is None:
         return None
+    versions = session.execute(
+        select(ClassifierVersion.classifier_id, ClassifierVersion.number, ClassifierVersion.model_dir).where(
+            ClassifierVersion.tenant_id == tenant_id
+        )
+    ).all()
     return _Recorded(
         datasets=set(session.scalars(select(Dataset.path).where(Dataset.tenant_id == tenant_id))),
         classifiers=set(session.scalars(select(Classifier.id).where(Classifier.tenant_id == tenant_id))),
+        versions={
+            store.version_dir(tenant_id, cid, number).relative_to(store.root).as_posix()
+            for cid, number, _ in versions
+        },
+        models={model_dir for _, _, model_dir in versions if model_dir is not None},
         checkpoints=set(
             session.scalars(
                 select(TrainingJob.checkpoint_dir).where(
@@ -136,7 +153,13 @@ def _leftover_depth(parts: list[str], recorded: _Recorded | None) -> int:
         return 4
     if parts[4:5] == ["checkpoints"]:  # a v1 classifier's own
         depth = 5
-    elif parts[4:5] == ["versions"] and parts[6:7] == ["checkpoints"]:
+    elif parts[4:5] == ["versions"] and len(parts) > 5:
+        if "/".join(parts[:6]) not in recorded.versions:
+            return 6
+        if parts[6:7] == ["model"] and len(parts) > 7:
+            return 0 if "/".join(parts[:8]) in recorded.models else 8
+        if parts[6:7] != ["checkpoints"]:
+            return 0
         depth = 7
     else:
         return 0

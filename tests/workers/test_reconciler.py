@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from service.db import make_engine, session_factory
 from service.jobs import claim_job
-from service.models import Classifier, ClassifierStatus, JobState, TrainingJob
+from service.models import Classifier, ClassifierStatus, ClassifierVersion, JobState, TrainingJob
 from service.settings import Settings
 from service.store import ArtifactStore
 from tests.conftest import empty_redis_db, redis_test_url
@@ -169,3 +169,36 @@ def test_checkpoints_no_resumable_job_trains_in_are_swept_once_old(
 
     assert sweep_unrecorded(session, store, 3600) == int(swept)
     assert checkpoints.exists() != swept
+
+
+def test_a_deleted_versions_folder_and_unrecorded_model_folders_are_swept_once_old(
+    session: Session,
+    worker_settings: Settings,
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+) -> None:
+    """A version deletion cut off between its commit and its files, and a worker dead between
+    moving its model into place and recording it (the job then Failed), left them for ever."""
+    queued = queue_job(intents_csv)
+    store = ArtifactStore(worker_settings.resolved_artifacts_dir())
+    models = store.model_dir(queued.tenant_id, queued.classifier_id, 1)
+    recorded, stray, fresh = models / "epoch-2", models / "epoch-1", models / "epoch-3"
+    deleted = store.version_dir(queued.tenant_id, queued.classifier_id, 99)
+    for folder in (recorded, stray, deleted / "model" / "epoch-1", deleted / "checkpoints"):
+        folder.mkdir(parents=True)
+        (folder / "weights.pt").write_bytes(b"w")
+    session.execute(
+        update(ClassifierVersion)
+        .where(ClassifierVersion.classifier_id == queued.classifier_id, ClassifierVersion.number == 1)
+        .values(model_dir=store.relative(recorded))
+    )
+    session.commit()
+    _age(store.root / "tenants" / queued.tenant_id, 7200)
+    fresh.mkdir()  # its worker may be about to record it
+    (fresh / "weights.pt").write_bytes(b"w")
+
+    assert sweep_unrecorded(session, store, 3600) == 2
+
+    assert not deleted.exists() and not stray.exists()
+    assert (recorded / "weights.pt").exists() and (fresh / "weights.pt").exists()
+    assert store.version_dir(queued.tenant_id, queued.classifier_id, 1).exists()

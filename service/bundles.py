@@ -78,7 +78,11 @@ def export(
         read_fetched(partial(store.fetch, folder=True), store.resolve(shown.model_dir), write)
     except OSError as exc:
         if not still_exists():
-            raise NotFound("classifier", classifier.id) from None
+            raise (
+                NotFound("classifier", classifier.id)
+                if version is None
+                else NotFound("version", str(version.number))
+            ) from None
         raise unavailable(f"the model of classifier '{classifier.id}' cannot be read", exc) from exc
 
 

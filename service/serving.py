@@ -257,6 +257,8 @@ async def classify(
         model = await cache.aget(classifier.id, store.resolve(classifier.model_dir))
     except (CheckpointCorrupt, OSError) as exc:
         if not await to_thread.run_sync(still_exists, limiter=cache.threads):
+            if classifier.version is not None:
+                raise NotFound("version", str(classifier.version)) from None
             raise NotFound("classifier", classifier.id) from None
         raise unavailable(f"the model of classifier '{classifier.id}' cannot be loaded", exc) from exc
     return classified(model, await cache.inference.classify(model, list(texts)))

@@ -20,6 +20,7 @@ from anyio import to_thread
 from fastapi import Depends, Header, Query, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
+from sqlalchemy import select
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import State
@@ -30,7 +31,7 @@ from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from service.failed_keys import FailedKeys
 from service.invalidation import Invalidations
 from service.lookup_cache import LookupCache
-from service.models import Classifier, Dataset, Tenant, utcnow
+from service.models import Classifier, ClassifierVersion, Dataset, Tenant, utcnow
 from service.ratelimit import RateLimiter
 from service.serving import ModelCache, Servable
 from service.settings import Settings
@@ -230,9 +231,14 @@ async def _serving_target(
     classifier_pk = found.classifier.id
     sessions: sessionmaker[Session] = state.sessions
 
-    def still_exists() -> bool:
+    def still_exists() -> bool:  # the version classify is pinned to, or the classifier
         with sessions() as fresh:
-            return fresh.get(Classifier, classifier_pk) is not None
+            if version is None:
+                return fresh.get(Classifier, classifier_pk) is not None
+            pinned = select(ClassifierVersion.id).where(
+                ClassifierVersion.classifier_id == classifier_pk, ClassifierVersion.number == version
+            )
+            return fresh.scalar(pinned) is not None
 
     classifier = found.classifier
     if version is not None:

@@ -17,7 +17,8 @@ from fastapi.testclient import TestClient
 
 from service import bundles
 from service.app import create_app
-from service.models import Classifier, ClassifierStatus
+from service.errors import NotFound
+from service.models import Classifier, ClassifierStatus, ClassifierVersion
 from service.settings import Settings
 from service.store import ArtifactStore
 from trainer.bundle import extract_bundle, write_bundle
@@ -253,3 +254,23 @@ def test_an_export_onto_a_full_disk_is_503_saying_so(
         "the bundle cannot be staged (is the disk full?); reference "
     )
     assert not (tmp_path / "full.taas").exists()
+
+
+@pytest.mark.parametrize("pinned", [False, True], ids=["serving", "version-2"])
+def test_an_export_whose_model_went_with_its_row_is_404_naming_it(tmp_path: Path, pinned: bool) -> None:
+    """A version deleted between its lookup and the read of its model was "classifier '…' not
+    found", of a classifier that was still there."""
+    store = ArtifactStore(tmp_path / "store")
+    classifier = Classifier(
+        id="c", tenant_id="t", name="weather", language="en", serving_version=1,
+        status=ClassifierStatus.AVAILABLE.value, model_dir="tenants/t/classifiers/c/versions/1/model/epoch-1",
+    )  # fmt: skip
+    version = ClassifierVersion(
+        classifier_id="c", tenant_id="t", number=2, status=ClassifierStatus.AVAILABLE.value,
+        model_dir="tenants/t/classifiers/c/versions/2/model/epoch-1",
+    )  # fmt: skip
+
+    with pytest.raises(NotFound) as gone, (tmp_path / "out.taas").open("wb") as out:
+        bundles.export(store, classifier, out, version if pinned else None, still_exists=lambda: False)
+
+    assert str(gone.value) == ("version '2' not found" if pinned else "classifier 'c' not found")

@@ -13,10 +13,11 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from service import jobs
+from service.api import deps
 from service.models import Classifier, ClassifierVersion, Dataset, JobState, TrainingJob
 from service.store import ArtifactStore
 from tests.conftest import ADMIN_KEY, TenantHandle
@@ -290,6 +291,40 @@ def test_deleting_versions(
     assert [(v["version"], v["serving"]) for v in listed["versions"]] == [(3, True)]
     assert not store.version_dir(tenant.id, available, 1).exists()
     assert client.delete(f"/v1/classifiers/{available}/versions/1", headers=tenant.headers).status_code == 404
+
+
+def test_a_pinned_classify_racing_its_versions_delete_is_404(
+    client: TestClient,
+    tenant: TenantHandle,
+    available: str,
+    new_version: Callable[..., httpx.Response],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The version is found, then deleted (row and files) before its model loads: the check
+    after the failed load asked whether the classifier still existed, and answered 503."""
+    assert new_version(tenant, available).status_code == 201
+    make_available(session, store, tenant.id, available, tiny_model, version=2)
+    client.post(f"/v1/classifiers/{available}/versions/1/promote", headers=tenant.headers)
+    found_then_deleted = deps._pinned
+
+    def pinned(*args: Any) -> Any:
+        target = found_then_deleted(*args)
+        session.execute(
+            delete(ClassifierVersion).where(
+                ClassifierVersion.classifier_id == available, ClassifierVersion.number == 2
+            )
+        )
+        session.commit()
+        shutil.rmtree(store.version_dir(tenant.id, available, 2))
+        return target
+
+    monkeypatch.setattr(deps, "_pinned", pinned)
+    reply = _classify(client, tenant, available, "?version=2")
+
+    assert reply.status_code == 404 and reply.json()["description"] == "version '2' not found"
 
 
 def test_deleting_a_version_1_from_before_versions_removes_its_files(

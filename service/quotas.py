@@ -24,6 +24,7 @@ serialised and cannot both slip under a limit.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -97,17 +98,19 @@ def overrides_for(session: Session, tenant_id: str) -> dict[str, int | None]:
 
 def usage(session: Session, tenant_id: str) -> Usage:
     """What the tenant holds now."""
-    return usage_by_tenant(session, tenant_id).get(tenant_id, Usage(0, 0, 0, 0, 0, 0))
+    return usage_by_tenant(session, [tenant_id]).get(tenant_id, Usage(0, 0, 0, 0, 0, 0))
 
 
-def usage_by_tenant(session: Session, tenant_id: str | None = None) -> dict[str, Usage]:
-    """What each tenant holding anything holds now (only ``tenant_id`` when given): four grouped
-    queries, however many tenants (the dashboard's tenant list ran four per tenant)."""
+def usage_by_tenant(session: Session, tenant_ids: Collection[str]) -> dict[str, Usage]:
+    """What each of ``tenant_ids`` that holds anything holds now: four grouped queries, however
+    many tenants (the dashboard's tenant list ran four per tenant)."""
 
     def grouped(*columns: Any, table: Any, where: tuple[Any, ...] = ()) -> dict[str, tuple[int, ...]]:
-        query = select(table.tenant_id, *columns).where(*where).group_by(table.tenant_id)
-        if tenant_id is not None:
-            query = query.where(table.tenant_id == tenant_id)
+        query = (
+            select(table.tenant_id, *columns)
+            .where(table.tenant_id.in_(tenant_ids), *where)
+            .group_by(table.tenant_id)
+        )
         return {row[0]: tuple(int(v or 0) for v in row[1:]) for row in session.execute(query)}
 
     classifiers = grouped(func.count(), table=Classifier)
@@ -126,9 +129,11 @@ def usage_by_tenant(session: Session, tenant_id: str | None = None) -> dict[str,
     }
 
 
-def quotas_by_tenant(session: Session, settings: Settings) -> dict[str, Quotas]:
-    """The quotas in force for each tenant with an override (the others': :func:`defaults`)."""
-    return {row.tenant_id: effective(settings, row) for row in session.scalars(select(TenantQuota))}
+def quotas_by_tenant(session: Session, settings: Settings, tenant_ids: Collection[str]) -> dict[str, Quotas]:
+    """The quotas in force for each of ``tenant_ids`` with an override (the others':
+    :func:`defaults`)."""
+    overrides = select(TenantQuota).where(TenantQuota.tenant_id.in_(tenant_ids))
+    return {row.tenant_id: effective(settings, row) for row in session.scalars(overrides)}
 
 
 def set_overrides(

@@ -14,6 +14,7 @@ import hmac
 import secrets
 import unicodedata
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -138,10 +139,21 @@ def create_tenant(session: Session, name: str, *, max_name_chars: int, now: date
 def list_tenants(session: Session) -> list[tuple[Tenant, list[ApiKey]]]:
     """Every tenant with its keys (revoked ones included), oldest first."""
     tenants = session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)).all()
-    keys: dict[str, list[ApiKey]] = {t.id: [] for t in tenants}
-    for key in session.scalars(select(ApiKey).order_by(ApiKey.created_at)):
-        keys.setdefault(key.tenant_id, []).append(key)
-    return [(t, keys[t.id]) for t in tenants]
+    return _keyed(tenants, session.scalars(select(ApiKey).order_by(ApiKey.created_at)))
+
+
+def with_keys(session: Session, tenants: Sequence[Tenant]) -> list[tuple[Tenant, list[ApiKey]]]:
+    """Each of ``tenants`` (a page of them: their ids are the query's parameters) with its keys,
+    revoked ones included."""
+    query = select(ApiKey).where(ApiKey.tenant_id.in_([t.id for t in tenants])).order_by(ApiKey.created_at)
+    return _keyed(tenants, session.scalars(query))
+
+
+def _keyed(tenants: Sequence[Tenant], keys: Iterable[ApiKey]) -> list[tuple[Tenant, list[ApiKey]]]:
+    held: dict[str, list[ApiKey]] = {t.id: [] for t in tenants}
+    for key in keys:
+        held.setdefault(key.tenant_id, []).append(key)
+    return [(t, held[t.id]) for t in tenants]
 
 
 def rotate_key(session: Session, tenant_id: str, *, revoke_others: bool, now: datetime) -> IssuedKey:

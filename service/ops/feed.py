@@ -59,8 +59,14 @@ def job(_: OpsSessionDep, job_id: str, session: SessionDep) -> dict[str, Any]:
 
 
 @router.get("/tenants")
-def tenants(_: OpsSessionDep, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
-    return views.tenants(session, settings)
+def tenants(
+    _: OpsSessionDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    page: int = Query(1, ge=1, le=2_147_483_647),
+    name: str = Query("", max_length=256),
+) -> dict[str, Any]:
+    return views.tenants(session, settings, page=page, name=name)
 
 
 @router.post("/tenants/{tenant_id}/keys", status_code=201)

@@ -3,6 +3,7 @@ and their keys."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,12 @@ from service.worker_registry import WorkerInfo, WorkerRegistry, connect
 from tests.conftest import TenantHandle
 from tests.ops.conftest import INTENTS_NLC, FinishedJob
 from tests.service.helpers import nlc_files
+
+
+def _listed(client: TestClient, tenant: TenantHandle) -> dict[str, Any]:
+    """The tenant as the tenants page lists it (found by its name: pages hold 20)."""
+    found = client.get("/ops/api/tenants", params={"name": tenant.name}).json()["tenants"]
+    return {t["tenant_id"]: t for t in found}[tenant.id]
 
 
 def _create(client: TestClient, tenant: TenantHandle, name: str) -> str:
@@ -108,7 +115,7 @@ def test_tenants_show_usage_classifiers_and_keys_without_secrets(
 ) -> None:
     _create(ops_client, tenant, "mine")
 
-    listed = {t["tenant_id"]: t for t in ops_client.get("/ops/api/tenants").json()["tenants"]}[tenant.id]
+    listed = _listed(ops_client, tenant)
 
     assert listed["usage"]["classifiers"] == 1 and listed["quotas"]["classifiers"] > 0
     assert [c["name"] for c in listed["classifiers"]] == ["mine"]
@@ -124,25 +131,53 @@ def test_the_tenant_list_asks_the_same_queries_for_any_number_of_tenants(
     statements: list[str] = []
     engine = ops_client.app.state.sessions.kw["bind"]  # type: ignore[attr-defined]
     event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    prefix = f"same-queries-{uuid.uuid4().hex[:8]}-"
 
     def listed() -> tuple[int, dict[str, Any]]:
         statements.clear()
-        reply = ops_client.get("/ops/api/tenants").json()["tenants"]
+        reply = ops_client.get("/ops/api/tenants", params={"name": prefix}).json()["tenants"]
         return len(statements), {t["tenant_id"]: t for t in reply}
 
-    first = tenant_factory()
+    def make() -> TenantHandle:
+        return tenant_factory(f"{prefix}{uuid.uuid4().hex[:8]}")
+
+    first = make()
     _create(ops_client, first, "mine")
     few, _ = listed()
-    second = tenant_factory()
+    second = make()
     ops_client.patch(f"/v1/admin/tenants/{second.id}/quotas", json={"classifiers": 7}, headers=admin_headers)
     for _ in range(3):
-        tenant_factory()
+        make()
     many, tenants = listed()
 
     assert 0 < many == few
     assert tenants[first.id]["usage"]["classifiers"] == 1 and tenants[first.id]["usage"]["dataset_rows"] > 0
     assert tenants[second.id]["quotas"]["classifiers"] == 7
     assert tenants[second.id]["usage"] == dict.fromkeys(tenants[second.id]["usage"], 0)
+
+
+def test_tenants_come_a_page_at_a_time_and_found_by_name(
+    ops_client: TestClient, tenant_factory: Callable[..., TenantHandle]
+) -> None:
+    """Every tenant with every classifier was one reply: megabytes with a thousand tenants."""
+    prefix = f"Paged-{uuid.uuid4().hex[:8]}-"
+    made = [tenant_factory(f"{prefix}{i:02d}") for i in range(views.TENANTS_PER_PAGE + 3)]
+    odd = tenant_factory(f"{prefix}100%_off")
+
+    def page(number: int, name: str = prefix.lower()) -> dict[str, Any]:
+        reply = ops_client.get("/ops/api/tenants", params={"page": number, "name": name})
+        assert reply.status_code == 200, reply.text
+        return dict(reply.json())
+
+    first, second = page(1), page(2)
+    assert (first["total"], first["pages"], second["page"]) == (len(made) + 1, 2, 2)
+    listed = [t["tenant_id"] for t in first["tenants"] + second["tenants"]]
+    assert listed == [t.id for t in [*made, odd]]  # oldest first, each once
+    assert page(3)["tenants"] == []
+    assert [t["tenant_id"] for t in page(1, "100%_")["tenants"]] == [odd.id]  # % and _ as written
+    assert page(1, f"{prefix}%")["total"] == 0  # a wildcard, it matched them all
+    too_long = ops_client.get("/ops/api/tenants", params={"name": "x" * 257})
+    assert too_long.status_code == 400
 
 
 def test_key_actions_need_the_csrf_header(ops_client: TestClient, tenant: TenantHandle) -> None:
@@ -189,9 +224,7 @@ def test_revoke_others_must_be_a_json_boolean(
 
 
 def test_revoking_a_key_stops_it(ops_client: TestClient, tenant: TenantHandle, csrf: str) -> None:
-    keys = {t["tenant_id"]: t for t in ops_client.get("/ops/api/tenants").json()["tenants"]}[tenant.id][
-        "keys"
-    ]
+    keys = _listed(ops_client, tenant)["keys"]
 
     reply = ops_client.post(
         f"/ops/api/tenants/{tenant.id}/keys/{keys[0]['key_id']}/revoke", headers={"X-CSRF-Token": csrf}

@@ -168,6 +168,8 @@ const pages = {
 
   tenants() {
     const issued = document.getElementById("issued");
+    const form = document.getElementById("filters");
+    let page = 1, pages = 1;
     const act = async (path, body, message) => {
       try {
         const reply = await api(path, { method: "POST", body: JSON.stringify(body) });
@@ -179,7 +181,13 @@ const pages = {
       issued.hidden = false;
       refresh();
     };
-    const refresh = poll(() => "/tenants", (data) => {
+    const refresh = poll(() => "/tenants?" + new URLSearchParams({ page, name: form.name.value }), (data) => {
+      page = data.page;
+      pages = data.pages;
+      document.getElementById("pageinfo").textContent = `page ${page} of ${pages} · ${data.total} tenants`;
+      if (!data.tenants.length) {
+        return document.getElementById("tenants").replaceChildren(el("p", { class: "card muted" }, "No tenant matches."));
+      }
       document.getElementById("tenants").replaceChildren(...data.tenants.map((t) => {
         const base = `/tenants/${encodeURIComponent(t.tenant_id)}/keys`;
         const quota = Object.entries(t.quotas).map(([k, v]) => `${k}: ${t.usage[k] ?? "—"} / ${v}`).join(" · ");
@@ -203,6 +211,9 @@ const pages = {
             el("ul", {}, ...t.classifiers.map((c) => el("li", {}, `${c.name} — ${c.status}`)))));
       }));
     }, null);
+    form.addEventListener("submit", (e) => { e.preventDefault(); page = 1; refresh(); });
+    document.getElementById("prev").addEventListener("click", () => { if (page > 1) { page--; refresh(); } });
+    document.getElementById("next").addEventListener("click", () => { if (page < pages) { page++; refresh(); } });
   },
 };
 

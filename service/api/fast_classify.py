@@ -20,6 +20,7 @@ an unexpected error is the app's logged 500 (:func:`service.api.errors.unexpecte
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import urllib.parse
@@ -43,6 +44,11 @@ from service.settings import Settings
 from service.store import ArtifactStore
 from service.tenancy import hash_key, presented_key
 
+# How long the fast path waits for a body that its headers announced; a client that sends it
+# later is the route's, whose body limit answers 408 after TAAS_BODY_IDLE_SECONDS. (The fast
+# path waited without a deadline: a request of no key that declared a body and sent none held
+# its socket for as long as the client kept it open.)
+FIRST_CHUNK_SECONDS = 1.0
 _PATH = re.compile(r"/v1/classifiers/([0-9a-f-]{36})/(classify|classify_collection)")
 # Per route name: the body it takes.
 _BODIES: dict[str, type[ClassifyInput | ClassifyCollectionInput]] = {
@@ -90,7 +96,12 @@ class FastClassify:
             if not declared.isdigit() or int(declared) > settings.max_json_bytes or not _is_json(headers):
                 await self.fallback(scope, receive, send)
                 return
-            first = await receive()
+            try:
+                async with asyncio.timeout(FIRST_CHUNK_SECONDS):
+                    first = await receive()
+            except TimeoutError:  # a slow or stalled body: the route times its idle (a 408)
+                await self.fallback(scope, receive, send)
+                return
             whole = first["type"] == "http.request" and not first.get("more_body", False)
             body = _json_body(name, first.get("body", b"")) if whole else None
         try:

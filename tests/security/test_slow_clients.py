@@ -85,6 +85,26 @@ def test_a_stalled_upload_holds_no_connection_and_is_refused_after_the_idle_limi
     nothing_left_behind(tenant.id)
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["no-key", "with-a-key"])
+def test_a_classify_that_declares_a_body_and_sends_none_is_refused_after_the_idle_limit(
+    server: tuple[int, FastAPI], tenant: Any, keyed: bool
+) -> None:
+    """The fast path read the body with no deadline (the key is read after it): such a request
+    held its socket for as long as the client kept it open."""
+    port, _ = server
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(
+            b"POST /v1/classifiers/00000000-0000-0000-0000-000000000000/classify HTTP/1.1\r\nHost: x\r\n"
+            + (f"X-API-Key: {tenant.api_key}\r\n".encode() if keyed else b"")
+            + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        )
+        status = _status(conn, timeout=IDLE_S * 10)
+
+    assert status == 408
+    assert time.monotonic() - started < IDLE_S * 5
+
+
 def test_a_client_that_leaves_mid_body_is_not_a_server_error(
     server: tuple[int, FastAPI], tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:

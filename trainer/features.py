@@ -71,6 +71,10 @@ _GROUPS = 2  # 0: word n-grams, 1: character n-grams
 # Both full of random tokens hold about 10 MB per loaded model (5 MB at 1 << 14, which thrashed
 # on a snips-sized vocabulary: 2.5x slower).
 _CACHE_LIMIT = 1 << 15
+# Each cache's bytes are bounded too (Featurizer.cache_bytes): an entry of a 2,000-letter
+# token holds its thousands of n-grams' rows, and 32,768 of them took 0.67 GB.
+DEFAULT_CACHE_BYTES = 8 << 20
+_ENTRY_OVERHEAD = 120  # bytes of a dict slot and the key's and value's object headers
 _ROW_BYTES = 4  # rows travel as int32 bytes
 # Texts whose n-grams are looked up and bagged (transform) or counted (fit) at once; their
 # n-gram strings are held meanwhile, and a text of one 1,000-letter word has 4,000 of them:
@@ -288,8 +292,10 @@ class Featurizer:
         self.config = config
         self.buckets = np.asarray(buckets, dtype=np.int64)  # sorted; row i <-> buckets[i]
         self.idf = np.asarray(idf, dtype=np.float32)
-        self._word_rows: dict[str, bytes] = {}  # word n-gram -> its row as int32 bytes, b"" unknown
-        self._char_rows: dict[str, bytes] = {}  # token -> int32 bytes of its known char n-grams' rows
+        self._word_rows = _RowCache()  # word n-gram -> its row as int32 bytes, b"" unknown
+        self._char_rows = _RowCache()  # token -> int32 bytes of its known char n-grams' rows
+        # the most each cache holds, about (what a model's weights are counted with, serving)
+        self.cache_bytes = DEFAULT_CACHE_BYTES
 
     @property
     def rows(self) -> int:
@@ -367,8 +373,8 @@ class Featurizer:
         except KeyError:  # not all cached: look up every n-gram and token the caches lack at once
             grams = [gram for words, _ in tokenized for gram in _word_grams(words, self.config)]
             tokens = [token for _, text_tokens in tokenized for token in text_tokens]
-            word_rows = _lookup(self._word_rows, grams, self._word_gram_rows)
-            char_rows = _lookup(self._char_rows, tokens, self._token_char_rows)
+            word_rows = _lookup(self._word_rows, grams, self._word_gram_rows, self.cache_bytes)
+            char_rows = _lookup(self._char_rows, tokens, self._token_char_rows, self.cache_bytes)
             return self._join_rows(tokenized, word_rows, char_rows)
 
     def _join_rows(
@@ -463,12 +469,27 @@ def _known_rows(rows: np.ndarray, lengths: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in pairwise(cuts)]
 
 
+class _RowCache(dict[str, bytes]):
+    """A featurizer's cache of rows, with the bytes its entries hold (about: see _entry_bytes)."""
+
+    held = 0
+
+    def clear(self) -> None:
+        super().clear()
+        self.held = 0
+
+
+def _entry_bytes(key: str, rows: bytes) -> int:
+    return len(key) * (1 if key.isascii() else 4) + len(rows) + _ENTRY_OVERHEAD
+
+
 def _lookup(
-    cache: dict[str, bytes], keys: list[str], compute: Callable[[list[str]], list[bytes]]
+    cache: _RowCache, keys: list[str], compute: Callable[[list[str]], list[bytes]], max_bytes: int
 ) -> dict[str, bytes]:
     """The rows of every key, as a dict of their own (serving threads share the cache, and another
     may empty it meanwhile): the cache's, and the others computed in one call and cached. A cache
-    that would outgrow _CACHE_LIMIT is emptied first; more new keys than it holds are not kept."""
+    that would outgrow _CACHE_LIMIT entries or ``max_bytes`` is emptied first; more new keys than
+    it holds are not kept."""
     found: dict[str, bytes] = {}
     missing: list[str] = []
     for key in dict.fromkeys(keys):  # each key once
@@ -480,9 +501,11 @@ def _lookup(
     if not missing:
         return found
     computed = dict(zip(missing, compute(missing), strict=True))
-    if len(cache) + len(computed) > _CACHE_LIMIT:
+    added = sum(_entry_bytes(key, rows) for key, rows in computed.items())
+    if len(cache) + len(computed) > _CACHE_LIMIT or cache.held + added > max_bytes:
         cache.clear()
-    if len(computed) <= _CACHE_LIMIT:
+    if len(computed) <= _CACHE_LIMIT and added <= max_bytes:
         cache.update(computed)
+        cache.held += added
     found.update(computed)
     return found

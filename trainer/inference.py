@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from trainer.checkpoint import write_atomic
 from trainer.errors import CheckpointCorrupt, WeightsOutOfBounds
 from trainer.evaluate import decide
-from trainer.features import Bags, Featurizer, FeaturizerConfig
+from trainer.features import DEFAULT_CACHE_BYTES, Bags, Featurizer, FeaturizerConfig
 from trainer.model import ModelConfig, TextClassifier
 
 FORMAT = "taas-text-classifier/1"
@@ -238,6 +238,9 @@ def out_of_bounds(named: dict[str, torch.Tensor]) -> str | None:
     return None
 
 
+MIN_CACHE_BYTES = 512 << 10  # a tiny model's n-gram caches: a few thousand words each
+
+
 class LoadedModel:
     """A trained classifier in memory, ready to classify texts.
 
@@ -256,11 +259,12 @@ class LoadedModel:
         self._table = model.embedding.weight.detach()
         self._weight, self._bias = model.output.weight.detach(), model.output.bias.detach()
         tensors = [*model.parameters()]
-        self.nbytes = (
-            sum(t.numel() * t.element_size() for t in tensors)
-            + featurizer.buckets.nbytes
-            + (featurizer.idf.nbytes)
-        )
+        weights = sum(t.numel() * t.element_size() for t in tensors) + featurizer.buckets.nbytes
+        # The featurizer's two caches of n-gram rows may hold as much as half the weights each
+        # (a snips-sized model's vocabulary needs about 11 MB), within bounds; counted here, so
+        # a model cache's budget holds whatever classify texts fill them with.
+        featurizer.cache_bytes = min(max(weights // 2, MIN_CACHE_BYTES), DEFAULT_CACHE_BYTES)
+        self.nbytes = weights + featurizer.idf.nbytes + 2 * featurizer.cache_bytes
 
     @classmethod
     def load(cls, model_dir: Path) -> LoadedModel:

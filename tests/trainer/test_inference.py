@@ -4,6 +4,7 @@ import hashlib
 import io
 import json
 import math
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -175,3 +176,29 @@ def test_model_json_holds_non_ascii_class_names_as_utf8(
     raw = (tmp_path / "m" / META_FILE).read_bytes()
     assert "météo 🌧".encode() in raw and b"\\u" not in raw
     assert LoadedModel.load(tmp_path / "m").labels == sorted(names.values())
+
+
+def test_what_classify_texts_leave_in_a_loaded_model_is_within_its_counted_bytes(model_dir: Path) -> None:
+    """The featurizer caches the rows of every n-gram and token it meets, 32,768 entries a
+    cache, but an entry of a 2,000-letter token holds thousands of rows: 600 such texts left
+    10 MB in a model counted at 62 KB, and a tenant could leave 0.67 GB in each of its models
+    while the model cache's budget saw none of it. The caches' bound is counted in nbytes."""
+    model = LoadedModel.load(model_dir)
+    draw = np.random.default_rng(0)
+    words = ["weather", "rain", "tomorrow", "music", "play", "song", "cold", "jazz"]
+
+    def token(i: int) -> str:
+        return "".join(draw.choice(words, size=300))[:2040] + format(i, "x")
+
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for call in range(20):
+        model.classify([token(call * 30 + text) for text in range(30)], top=10)
+    kept = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+
+    weights = sum(t.numel() * t.element_size() for t in model.model.parameters())
+    assert model.nbytes >= weights + 2 * model.featurizer.cache_bytes
+    assert kept <= 2 * model.featurizer.cache_bytes + (1 << 20), (kept, model.featurizer.cache_bytes)
+    text = ["will it rain tomorrow"]
+    assert model.classify(text) == LoadedModel.load(model_dir).classify(text)  # the caches serve as before

@@ -91,3 +91,44 @@ def test_admin_replies_are_never_compressed(
     assert listing.status_code == 200
     assert len(body) > 1024
     assert "content-encoding" not in listing.headers
+
+
+@pytest.mark.parametrize(
+    ("accepted", "gzipped"),
+    [
+        ("gzip", True),
+        ("br, GZIP;q=0.5", True),
+        ("x-gzip", True),
+        ("identity, gzip;q=0", False),  # RFC 9110 12.5.3: q=0 is "not acceptable"; it got gzip
+        ("gzip;q=0.000", False),
+        ("gzip;q=nonsense", False),
+        ("nogzip", False),
+        ("identity", False),
+        ("", False),
+    ],
+)
+def test_gzip_goes_only_where_its_quality_is_above_zero(
+    client: TestClient, tenant: TenantHandle, big_status: str, accepted: str, gzipped: bool
+) -> None:
+    url = f"/v1/classifiers/{big_status}"
+    reply, body = raw_get(client, url, {**tenant.headers, "Accept-Encoding": accepted})
+
+    assert reply.status_code == 200
+    assert (reply.headers.get("content-encoding") == "gzip") is gzipped
+    assert json.loads(gzip.decompress(body) if gzipped else body)["classifier_id"] == big_status
+
+
+def test_classify_replies_are_never_gzipped_whichever_path_answers(
+    client: TestClient, tenant: TenantHandle, big_status: str
+) -> None:
+    """The fast path answers them ahead of the middleware; the route (a pinned version, a first
+    call) gzipped the same reply, with a Vary the fast path never sends."""
+    body = {"collection": [{"text": f"is it cold in town number {i}"} for i in range(30)]}
+    for query in ("", "?version=1"):
+        reply = client.post(
+            f"/v1/classifiers/{big_status}/classify_collection{query}",
+            json=body,
+            headers={**tenant.headers, **GZIP},
+        )
+        assert reply.status_code == 200 and len(reply.content) > 1024, reply.text
+        assert "content-encoding" not in reply.headers and "vary" not in reply.headers

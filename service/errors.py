@@ -12,6 +12,7 @@ One handler (``service.api.errors``) renders any of them as the NLC v1 error bod
     ├── NotFound                   404  unknown id, or one that belongs to another tenant
     ├── Conflict                   409  the resource is in the wrong state (classify while Training)
     ├── PayloadTooLarge            413  the request body is over the upload limit
+    ├── UnsupportedMediaType       415  a body in a content coding the service does not read
     ├── Throttled                  429  refused for a while (carries Retry-After)
     │   ├── RateLimited            429  over the tenant's classify rate
     │   └── TooManyWrongKeys       429  the client's address sent too many unknown keys
@@ -96,6 +97,12 @@ class PayloadTooLarge(TaasError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body exceeds the limit of {limit} bytes")
         self.limit = limit
+
+
+class UnsupportedMediaType(TaasError):
+    """The request body comes in a form the service does not read (a content coding)."""
+
+    status, title = 415, "Unsupported Media Type"
 
 
 class ServiceUnavailable(TaasError):

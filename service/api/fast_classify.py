@@ -93,7 +93,12 @@ class FastClassify:
             body, first = _query_body(scope["query_string"]), None
         else:
             declared = headers.get(b"content-length", b"")
-            if not declared.isdigit() or int(declared) > settings.max_json_bytes or not _is_json(headers):
+            if (
+                not declared.isdigit()
+                or int(declared) > settings.max_json_bytes
+                or not _is_json(headers)
+                or b"content-encoding" in headers  # the route's body limit inflates gzip
+            ):
                 await self.fallback(scope, receive, send)
                 return
             try:

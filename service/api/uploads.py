@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,14 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.datasets import STORE_REFUSED
-from service.errors import BadRequest, PayloadTooLarge, RequestTimeout, unavailable
+from service.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    TaasError,
+    UnsupportedMediaType,
+    unavailable,
+)
 from service.store import ArtifactStore
 
 SMALL_PART_BYTES = 64 * 1024  # metadata and name fields
@@ -205,7 +213,12 @@ class BodyLimit:
     app runs and counted while it streams. Upload routes (POST to a path that ``upload_paths``
     matches whole) may send ``upload_bytes``; every other route, whose bodies are small JSON,
     ``json_bytes``. A body that sends nothing for ``idle_seconds`` is refused (408): a stalled
-    upload would otherwise hold its socket, staging file and request forever."""
+    upload would otherwise hold its socket, staging file and request forever.
+
+    A body sent with ``Content-Encoding: gzip`` (the IBM SDK's ``set_enable_gzip_compression``)
+    is inflated here, a bounded piece at a time, and the limit counts what it inflates to (a
+    gzip bomb stops at the limit plus a byte); any other coding is a 415 naming it. The routes
+    see the plain body, without the coding's headers."""
 
     def __init__(
         self,
@@ -228,13 +241,24 @@ class BodyLimit:
         is_upload = scope["method"] == "POST" and self.upload_paths.fullmatch(path) is not None
         limit = self.upload_bytes if is_upload else self.json_bytes
         declared = _content_length(scope)
+        coding = _content_coding(scope)
+        refused: TaasError | None = None
         if declared is not None and declared > limit:
-            error = PayloadTooLarge(limit)
-            body = {"code": error.status, "error": error.title, "description": str(error)}
-            await JSONResponse(body, status_code=error.status, headers={"Connection": "close"})(
+            refused = PayloadTooLarge(limit)
+        elif coding not in ("", "identity", "gzip", "x-gzip"):
+            refused = UnsupportedMediaType(
+                f"Content-Encoding {coding!r} is not read here: send the body as it is, or gzipped"
+            )
+        if refused is not None:  # before the body is read: the connection goes with the reply
+            body = {"code": refused.status, "error": refused.title, "description": str(refused)}
+            await JSONResponse(body, status_code=refused.status, headers={"Connection": "close"})(
                 scope, receive, send
             )
             return
+        inflate = _Inflater(limit) if coding in ("gzip", "x-gzip") else None
+        if inflate is not None:
+            dropped = (b"content-encoding", b"content-length")
+            scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k not in dropped]}
         received, complete = 0, False
 
         async def limited() -> Message:
@@ -247,13 +271,44 @@ class BodyLimit:
             except TimeoutError:
                 raise RequestTimeout(self.idle_seconds) from None
             if message["type"] == "http.request":
+                complete = not message.get("more_body", False)
+                if inflate is not None:
+                    message = {**message, "body": inflate.feed(message.get("body", b""), last=complete)}
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise PayloadTooLarge(limit)
-                complete = not message.get("more_body", False)
             return message
 
         await self.app(scope, limited, send)
+
+
+class _Inflater:
+    """A gzip body inflated piece by piece, never more than ``limit`` + 1 bytes in all (more is
+    a PayloadTooLarge for the caller to raise: it counts what this returns)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.out = 0
+        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+    def feed(self, data: bytes, *, last: bool) -> bytes:
+        try:
+            plain = self._inflate.decompress(data, self.limit + 1 - self.out)
+        except zlib.error as exc:
+            raise BadRequest("body", f"not valid gzip ({exc})") from None
+        self.out += len(plain)
+        if self.out > self.limit:
+            return plain
+        if last and not self._inflate.eof:
+            raise BadRequest("body", "the gzip body ends before its end: it was cut short")
+        return plain
+
+
+def _content_coding(scope: Scope) -> str:
+    for name, value in scope["headers"]:
+        if name == b"content-encoding":
+            return value.decode("latin-1").strip().lower()
+    return ""
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -3,9 +3,12 @@
 Handing each call to a worker thread and back costs more than the inference of one short
 text, and under load each hand-off also waits for the GIL. Calls are instead queued for a few
 serving threads; a thread takes everything queued (up to ``max_texts`` texts), runs one
-``classify`` per model over all of its texts, and settles the callers' futures in one callback
-on their event loop. One call alone is served at once (no waiting for company); under load
-the batches grow by themselves, because calls queue up while a thread is busy.
+``classify`` per model over all of its texts, the models with the fewest texts first, and
+settles each model's callers in one callback on their event loop as soon as that model's call
+is done (settled after the whole batch, one tenant's single text waited for another's
+collection on a many-class model: half a second, with the other thread idle). One call alone
+is served at once (no waiting for company); under load the batches grow by themselves,
+because calls queue up while a thread is busy.
 
 Inference is row-independent (an embedding bag and a linear layer per text): a text's scores
 do not depend on which texts shared its batch, beyond float32 rounding in the matrix product
@@ -78,29 +81,37 @@ class InferenceBatcher:
         by_model: dict[int, list[_Call]] = {}
         for call in batch:
             by_model.setdefault(id(call.model), []).append(call)
+        for calls in sorted(by_model.values(), key=lambda calls: sum(len(call.texts) for call in calls)):
+            _dispatch(self._outcomes(calls))
+
+    def _outcomes(self, calls: list[_Call]) -> list[_Outcome]:
+        """Each call's scores from one classify of their (common) model over all their texts."""
+        texts = [text for call in calls for text in call.texts]
+        try:
+            model = calls[0].model
+            # a multi-label model's predicted labels are decided on all its classes
+            scores = model.classify(texts, top=None if model.multi_label else self.top)
+        except Exception as exc:  # the callers re-raise it, as if they had called the model
+            return [(call, exc) for call in calls]
         outcomes: list[_Outcome] = []
-        for calls in by_model.values():
-            texts = [text for call in calls for text in call.texts]
-            try:
-                model = calls[0].model
-                # a multi-label model's predicted labels are decided on all its classes
-                scores = model.classify(texts, top=None if model.multi_label else self.top)
-            except Exception as exc:  # the callers re-raise it, as if they had called the model
-                outcomes += [(call, exc) for call in calls]
-                continue
-            start = 0
-            for call in calls:
-                outcomes.append((call, scores[start : start + len(call.texts)]))
-                start += len(call.texts)
-        loops: dict[int, tuple[asyncio.AbstractEventLoop, list[_Outcome]]] = {}
-        for call, outcome in outcomes:
-            loop = call.future.get_loop()
-            loops.setdefault(id(loop), (loop, []))[1].append((call, outcome))
-        for loop, settled in loops.values():
-            try:
-                loop.call_soon_threadsafe(_settle, settled)
-            except RuntimeError:  # that loop has closed: nobody awaits these calls any more
-                pass
+        start = 0
+        for call in calls:
+            outcomes.append((call, scores[start : start + len(call.texts)]))
+            start += len(call.texts)
+        return outcomes
+
+
+def _dispatch(outcomes: list[_Outcome]) -> None:
+    """Settle the outcomes' futures, one callback on each of their event loops."""
+    loops: dict[int, tuple[asyncio.AbstractEventLoop, list[_Outcome]]] = {}
+    for call, outcome in outcomes:
+        loop = call.future.get_loop()
+        loops.setdefault(id(loop), (loop, []))[1].append((call, outcome))
+    for loop, settled in loops.values():
+        try:
+            loop.call_soon_threadsafe(_settle, settled)
+        except RuntimeError:  # that loop has closed: nobody awaits these calls any more
+            pass
 
 
 def _settle(outcomes: list[_Outcome]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,50 @@ def test_a_caller_that_goes_away_does_not_disturb_the_others(tiny_model: Path) -
         batcher.close()
     assert isinstance(outcomes[0], asyncio.CancelledError)
     assert all(isinstance(o, list) and len(o) == len(TEXTS) for o in outcomes[1:])
+
+
+class _Held(LoadedModel):
+    """The real model, whose calls wait until ``gate`` is set."""
+
+    gate: threading.Event
+
+    def classify(self, texts, top=None):  # type: ignore[no-untyped-def]
+        assert self.gate.wait(timeout=30)
+        return super().classify(texts, top)
+
+
+def _held(tiny_model: Path, gate: threading.Event) -> _Held:
+    loaded = LoadedModel.load(tiny_model)
+    model = _Held(loaded.labels, loaded.featurizer, loaded.model)
+    model.gate = gate
+    return model
+
+
+def test_a_short_call_batched_with_another_models_long_one_is_answered_first(tiny_model: Path) -> None:
+    """A thread that took both into one batch settled every caller after the last model's
+    call: one tenant's single text waited for another's heavy collection (here, one that ends
+    only once the short call is answered)."""
+    first_done, heavy_done = threading.Event(), threading.Event()
+    free = threading.Event()
+    free.set()
+    blocker, heavy = _held(tiny_model, first_done), _held(tiny_model, heavy_done)
+    cheap = _held(tiny_model, free)
+    batcher = InferenceBatcher(1)
+
+    async def run() -> None:
+        held = asyncio.ensure_future(batcher.classify(blocker, ["x"]))  # the one thread waits on it
+        await asyncio.sleep(0.05)
+        long_call = asyncio.ensure_future(batcher.classify(heavy, TEXTS * 7))
+        short_call = asyncio.ensure_future(batcher.classify(cheap, TEXTS[:1]))
+        await asyncio.sleep(0.05)
+        first_done.set()  # the thread now takes the long and the short call as one batch
+        await asyncio.wait_for(short_call, timeout=10)  # was answered only after the long one
+        assert not long_call.done()
+        heavy_done.set()
+        await asyncio.gather(held, long_call)
+
+    try:
+        asyncio.run(run())
+    finally:
+        heavy_done.set()
+        batcher.close()

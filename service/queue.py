@@ -23,6 +23,7 @@ TRAIN_TASK = "taas.train"
 TRAINING_QUEUE = "training"
 WEBHOOK_TASK = "taas.deliver_webhook"
 WEBHOOK_QUEUE = "webhooks"
+SEND_TIMEOUT_SECONDS = 3
 _SEND_RETRY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
 
 
@@ -66,6 +67,10 @@ def _producer(broker_url: str) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         broker_connection_timeout=3,
+        # A Redis that takes connections and never answers (stopped, a black-holed network) held
+        # a send for ever: without a socket timeout, kombu's LPUSH waited on its reply, the
+        # API's create with a database connection in hand (15 of them emptied the pool).
+        broker_transport_options={"socket_timeout": SEND_TIMEOUT_SECONDS, "socket_connect_timeout": 3},
         broker_connection_retry_on_startup=False,
         task_default_queue=TRAINING_QUEUE,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -250,14 +251,21 @@ def test_a_dataset_is_kept_while_a_version_may_still_train_on_it(
     assert client.get(f"/v1/datasets/{first}", headers=tenant.headers).status_code == 404
 
 
+@pytest.mark.parametrize("answers", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["down", "hung"])
 def test_a_create_while_redis_is_down_is_accepted_and_logged_in_one_line(
-    settings_factory: Callable[..., Settings], admin_headers: dict[str, str], caplog: pytest.LogCaptureFixture
+    settings_factory: Callable[..., Settings],
+    admin_headers: dict[str, str],
+    caplog: pytest.LogCaptureFixture,
+    answers: bool,
 ) -> None:
-    settings = settings_factory(redis_url=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
-    with TestClient(create_app(settings)) as client:
-        key = client.post("/v1/admin/tenants", json={"name": "outage"}, headers=admin_headers).json()[
-            "api_key"
-        ]
+    """Hung: a Redis that takes connections and never answers (stopped with SIGSTOP, say); the
+    create waited on its reply for ever, holding a database connection."""
+    hung = socket.create_server(("127.0.0.1", 0), backlog=16)  # listens; nobody ever answers
+    port = hung.getsockname()[1] if answers else free_port()
+    settings = settings_factory(redis_url=f"redis://127.0.0.1:{port}/0")
+    name = f"outage-{'hung' if answers else 'down'}"
+    with hung, TestClient(create_app(settings)) as client:
+        key = client.post("/v1/admin/tenants", json={"name": name}, headers=admin_headers).json()["api_key"]
 
         created = client.post(
             "/v1/classifiers", files=nlc_files(), headers={"Authorization": f"Bearer {key}"}

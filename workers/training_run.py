@@ -15,8 +15,11 @@ Failures are sorted by cause: invalid training data fails the job at once (a ret
 cure it); a full disk (ENOSPC, EDQUOT) is no fault of the job: it is requeued to try again
 after the longest back-off, without counting a failed attempt, for as long as the disk stays
 full; any other error (another I/O error, a trainer error, a bug) is a failed attempt — the
-job is requeued with a back-off and is Failed after ``max_attempts``; database errors
-propagate (the lease then expires and the reconciler requeues the job).
+job is requeued with a back-off and is Failed after ``max_attempts``. A database that cannot
+be reached for a while (a restart, a failover) costs nothing while the lease holds: a write
+made while training (progress, the checkpoint pointer) is made again later, and the finish,
+a release or a failure is tried again until it lands or the lease is lost; other database
+errors propagate (the lease then expires and the reconciler requeues the job).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import history
@@ -70,6 +75,10 @@ from workers.fair_share import FairShare
 from workers.lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# What a database that cannot be reached for a while raises (a restart, a failover, a full
+# connection pool, SQLite's lock held too long).
+_UNREACHABLE = (OperationalError, InterfaceError, PoolTimeout)
 
 GENERIC_FAILURE = "Training failed because of an internal error; the operators have the details."
 IO_FAILURE = (
@@ -159,6 +168,7 @@ class _JobRun:
         self._last_progress = 0.0
         self._last_phase = ""
         self._history: list[dict[str, object]] = []
+        self._resume_unrecorded: int | None = None  # a resume whose record the database missed
 
     def run(self) -> None:
         with self.sessions() as session:
@@ -268,15 +278,17 @@ class _JobRun:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self.store.publish(model_dir)  # stored for every node before a classifier can point at it
-        with self.sessions() as session:
-            finished = finish_job(
+        finished = self._fenced(
+            "the finish",
+            lambda session: finish_job(
                 session,
                 lease,
                 model_dir=self.store.relative(model_dir),
                 metrics=result.metrics,
                 now=_now(),
                 applied_updates=result.applied_updates,
-            )
+            ),
+        )
         if not finished:
             log.warning("job %s: lease lost before the model could be recorded", self.job_id)
             self.store.delete_tree(model_dir)
@@ -326,7 +338,9 @@ class _JobRun:
                     self.resumed_from,
                     progress.step,
                 )
-            self._record_resumed(progress.step)
+            self._resume_unrecorded = progress.step
+        if self._resume_unrecorded is not None:
+            self._record_resumed(self._resume_unrecorded)
         if not phase_changed and clock - self._last_progress < self.settings.progress_every_seconds:
             return
         self._last_phase, self._last_progress = progress.phase, clock
@@ -334,19 +348,63 @@ class _JobRun:
 
     def _write_progress(self, progress: Progress) -> None:
         assert self.keeper is not None
+        lease = self.keeper.lease
         report = progress.as_dict()
         self._history = history.with_point(self._history, report, time.time())
         report[history.HISTORY_KEY] = self._history
-        with self.sessions() as session:
-            if not record_progress(session, self.keeper.lease, report, now=_now()):
-                self.keeper.mark_lost("progress write refused")
+        written = self._unless_unreachable(
+            "progress", lambda session: record_progress(session, lease, report, now=_now())
+        )
+        if written is False:
+            self.keeper.mark_lost("progress write refused")
 
     def _record_resumed(self, step: int) -> None:
         assert self.keeper is not None
-        with self.sessions() as session:
-            if not record_resumed(session, self.keeper.lease, step=step, now=_now()):
-                self.keeper.mark_lost("resume record refused")
+        lease = self.keeper.lease
+        written = self._unless_unreachable(
+            "the resume", lambda session: record_resumed(session, lease, step=step, now=_now())
+        )
+        if written is None:
+            return  # tried again at the next progress report
+        self._resume_unrecorded = None
+        if not written:
+            self.keeper.mark_lost("resume record refused")
         log.info("job %s: resumed from the checkpoint at update %d", self.job_id, step)
+
+    def _unless_unreachable(self, what: str, write: Callable[[Session], bool]) -> bool | None:
+        """A fenced write made while training; None, logged, when the database cannot be
+        reached (the caller writes it again later: training goes on meanwhile, and the lease
+        keeper gives the lease up if the outage outlasts it)."""
+        try:
+            with self.sessions() as session:
+                return write(session)
+        except _UNREACHABLE as error:
+            log.warning("job %s: %s not recorded, the database is unreachable: %s", self.job_id, what, error)
+            return None
+
+    def _fenced(self, what: str, write: Callable[[Session], T]) -> T:
+        """A fenced write after training (the finish, a release, a failure), tried again while
+        the database cannot be reached, for as long as the lease holds; the last error once it
+        is lost, or at once before the lease keeper runs. (The error escaped at once: a blip of
+        seconds cost the attempt, and three of them Failed the job, "its worker stopped
+        responding".)"""
+        pause = 0.5
+        while True:
+            try:
+                with self.sessions() as session:
+                    return write(session)
+            except _UNREACHABLE as error:
+                if self.keeper is None or self.keeper.lost:
+                    raise
+                log.warning(
+                    "job %s: %s not recorded, the database is unreachable (%s); again in %.1f s",
+                    self.job_id,
+                    what,
+                    error,
+                    pause,
+                )
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
 
     def _should_stop(self) -> bool:
         assert self.keeper is not None and self.checkpoints is not None
@@ -370,17 +428,21 @@ class _JobRun:
         # claims it at once and resumes from the checkpoint just written.
         yielding = self.fair_share is not None and self.fair_share.yielding
         why = "to a tenant holding fewer slots" if yielding else "at shutdown"
-        with self.sessions() as session:
-            release_job(session, lease, now=_now(), why=why)
+        self._fenced("the release", lambda session: release_job(session, lease, now=_now(), why=why))
         cause = "a tenant holding fewer slots" if yielding else "worker shutdown"
         raise JobInterrupted(f"job {self.job_id} interrupted by {cause}; checkpoint kept")
 
-    def _record_checkpoint(self, lease: JobLease, path: Path, step: int) -> bool:
+    def _record_checkpoint(self, lease: JobLease, path: Path, step: int) -> bool | None:
+        """Point the job at the checkpoint ``path``: False when refused (the lease is lost),
+        None when the database cannot be reached (the watcher tries again at its next poll)."""
         # Stored for every node (and the rotated-out one removed) before the pointer names it.
         self.store.publish(path)
         self.store.prune(path.parent)
-        with self.sessions() as session:
-            return record_checkpoint(session, lease, path=self.store.relative(path), step=step, now=_now())
+        relative = self.store.relative(path)
+        return self._unless_unreachable(
+            "the checkpoint pointer",
+            lambda session: record_checkpoint(session, lease, path=relative, step=step, now=_now()),
+        )
 
     def _clean_if_deleted(self, context: JobContext) -> None:
         """A classifier or version deleted while training: remove what this worker wrote after
@@ -397,10 +459,12 @@ class _JobRun:
             )
 
     def _fail(self, lease: JobLease, context: JobContext, reason: str) -> None:
-        with self.sessions() as session:
-            if not fail_job(session, lease, reason=reason, now=_now()):
-                log.info("job %s: failure not recorded, lease lost", self.job_id)
-                return
+        failed = self._fenced(
+            "the failure", lambda session: fail_job(session, lease, reason=reason, now=_now())
+        )
+        if not failed:
+            log.info("job %s: failure not recorded, lease lost", self.job_id)
+            return
         self._discard_checkpoints(context)
 
     def _discard_checkpoints(self, context: JobContext) -> None:
@@ -411,8 +475,9 @@ class _JobRun:
 
     def _retry(self, lease: JobLease, context: JobContext, reason: str, *, counted: bool = True) -> None:
         backoff = BackOff(self.settings.retry_backoff_seconds, self.settings.retry_backoff_max_seconds)
-        with self.sessions() as session:
-            outcome = retry_job(
+        outcome = self._fenced(
+            "the failed attempt",
+            lambda session: retry_job(
                 session,
                 lease,
                 reason=reason,
@@ -420,7 +485,8 @@ class _JobRun:
                 backoff=backoff,
                 now=_now(),
                 counted=counted,
-            )
+            ),
+        )
         log.info("job %s: failed attempt recorded: %s", self.job_id, outcome or "lease already lost")
         if outcome == "failed":
             self._discard_checkpoints(context)
@@ -455,8 +521,12 @@ class _CheckpointWatcher:
         if not found or found[0][0] <= self.recorded:
             return
         version, path = found[0]
+        recorded = self.run._record_checkpoint(self.lease, path, version)
+        if recorded is None:
+            self._scanned = 0.0  # not recorded: the next poll lists the folder and tries again
+            return
         self.recorded = version
-        if not self.run._record_checkpoint(self.lease, path, version):
+        if not recorded:
             assert self.run.keeper is not None
             self.run.keeper.mark_lost("checkpoint pointer refused")
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from service.jobs import BackOff, claim_job, requeue_expired
@@ -43,6 +44,43 @@ def test_queued_job_trains_to_available_with_metrics(
     top_label, _ = model.classify(["book a flight to rome"])[0][0]
     assert top_label == "flights"
     assert not store.resolve(job.checkpoint_dir).exists()
+
+
+def test_a_database_blip_while_training_and_at_the_finish_costs_no_attempt(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    settings_factory: Callable[..., Settings],
+    session: Session,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A progress write, the checkpoint pointer and the finish each meet the database down once
+    (a restart, a failover): the error escaped, the attempt died, and after its lease expired
+    the job counted a failed attempt; three such blips Failed it."""
+    queued = queue_job(intents_csv)
+    blips: dict[str, int] = {}
+
+    def once_unreachable(name: str, nth: int) -> None:
+        real = getattr(training_run, name)
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            blips[name] = blips.get(name, 0) + 1
+            if blips[name] == nth:
+                raise OperationalError("UPDATE training_jobs", {}, Exception("server closed the connection"))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(training_run, name, write)
+
+    once_unreachable("record_progress", 2)
+    once_unreachable("record_checkpoint", 1)
+    once_unreachable("finish_job", 1)
+    settings = settings_factory(redis_url=None, checkpoint_every_updates=100)
+
+    run_training_job(queued.job_id, settings, "host-a:1")
+
+    job, classifier = queued.reload(session)
+    assert (job.state, job.attempts, job.failures) == (JobState.SUCCEEDED, 1, 0)
+    assert classifier.status == ClassifierStatus.AVAILABLE
+    assert blips["record_progress"] > 2 and blips["record_checkpoint"] > 1 and blips["finish_job"] == 2
 
 
 def test_job_whose_row_is_gone_returns_quietly(worker_settings: Settings) -> None:

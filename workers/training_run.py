@@ -169,6 +169,7 @@ class _JobRun:
         self._last_phase = ""
         self._history: list[dict[str, object]] = []
         self._resume_unrecorded: int | None = None  # a resume whose record the database missed
+        self._earlier_claims_dropped = False
 
     def run(self) -> None:
         with self.sessions() as session:
@@ -423,6 +424,7 @@ class _JobRun:
         if self.keeper.lost:
             log.info("job %s: stopped: %s", self.job_id, self.keeper.reason)
             self._clean_if_deleted(context)
+            self._drop_unrecorded_claim()
             return
         # Shutting down, or yielding to a fairer tenant: give the job back so the next worker
         # claims it at once and resumes from the checkpoint just written.
@@ -439,10 +441,33 @@ class _JobRun:
         self.store.publish(path)
         self.store.prune(path.parent)
         relative = self.store.relative(path)
-        return self._unless_unreachable(
+        recorded = self._unless_unreachable(
             "the checkpoint pointer",
             lambda session: record_checkpoint(session, lease, path=relative, step=step, now=_now()),
         )
+        if recorded and not self._earlier_claims_dropped:
+            # The pointer names this claim's folder now, and no earlier claim can move it: their
+            # folders only filled the disk (four yields of a 2,000-row job: 730 MB, and a disk
+            # that the job would fit waited for space for ever).
+            self.store.delete_tree(path.parent.parent, keep=path.parent)
+            self._earlier_claims_dropped = True
+        return recorded
+
+    def _drop_unrecorded_claim(self) -> None:
+        """After the lease was lost: remove this claim's checkpoint folder unless the job's
+        pointer names it (then the next claim resumes from it, and drops it once it records its
+        own). A worker that woke after its job had finished wrote its stop checkpoint, 95 MB,
+        into a finished version."""
+        assert self.checkpoints is not None
+        workdir = self.checkpoints.workdir
+        try:
+            with self.sessions() as session:
+                now = job_context(session, self.job_id)
+        except _UNREACHABLE:
+            return  # left to the unrecorded sweep
+        folder = self.store.relative(workdir)
+        if now is not None and not (now.checkpoint_path or "").startswith(f"{folder}/"):
+            self.store.delete_tree(workdir)
 
     def _clean_if_deleted(self, context: JobContext) -> None:
         """A classifier or version deleted while training: remove what this worker wrote after

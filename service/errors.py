@@ -146,12 +146,12 @@ class Throttled(TaasError):
 
 
 class RateLimited(Throttled):
-    """Over the tenant's classify rate (texts a second)."""
+    """Over the tenant's classify rate (texts a second, a long text counting several)."""
 
     def __init__(self, quota: str, limit: int, retry_after: int) -> None:
         super().__init__(
-            f"rate limit '{quota}' exceeded: the limit is {limit} texts per second; "
-            f"retry after {retry_after} s",
+            f"rate limit '{quota}' exceeded: the limit is {limit} texts per second (a text of"
+            f" over 512 characters counts one per 512); retry after {retry_after} s",
             retry_after,
         )
         self.quota, self.limit = quota, limit

@@ -248,15 +248,16 @@ async def _serving_target(
     return ServingTarget(classifier, found, still_exists, state.settings, state.store, models)
 
 
-async def charge_classify(state: State, found: serving.ServingLookup, texts: int) -> None:
-    """Charge ``texts`` texts to the caller's classify rate: from this replica's lease, else from
-    Redis on a worker thread. RateLimited over the rate, QuotaExceeded at a rate of 0."""
+async def charge_classify(state: State, found: serving.ServingLookup, units: int) -> None:
+    """Charge ``units`` (:func:`service.serving.charge_units`) to the caller's classify rate:
+    from this replica's lease, else from Redis on a worker thread. RateLimited over the rate,
+    QuotaExceeded at a rate of 0."""
     limiter: RateLimiter = state.limiter
     models: ModelCache = state.models
     rps = state.settings.quota_classify_rps if found.classify_rps is None else found.classify_rps
-    if not limiter.acquire_nowait("classify_rps", found.tenant_id, rps, texts):
+    if not limiter.acquire_nowait("classify_rps", found.tenant_id, rps, units):
         await to_thread.run_sync(
-            limiter.acquire, "classify_rps", found.tenant_id, rps, texts, limiter=models.threads
+            limiter.acquire, "classify_rps", found.tenant_id, rps, units, limiter=models.threads
         )
 
 

@@ -153,7 +153,7 @@ class FastClassify:
             return None
         try:
             # A refusal charges nothing, so the route may ask again to answer it.
-            await charge_classify(state, found, len(texts))
+            await charge_classify(state, found, serving.charge_units(texts))
         except TaasError:
             return None
         scores = await models.inference.classify(model, texts)

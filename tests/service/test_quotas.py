@@ -12,6 +12,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from service import serving
 from service.errors import QuotaExceeded, RateLimited
 from service.ratelimit import RateLimiter
 from service.settings import Settings
@@ -170,6 +171,25 @@ def test_classify_over_the_rate_is_429_with_retry_after(
         "description": limited.json()["description"],
     }
     assert "rate limit 'classify_rps' exceeded: the limit is 1 texts per second" in limited.text
+
+
+def test_a_long_text_costs_a_unit_of_the_rate_per_512_characters(
+    client: TestClient, tenant: Any, admin_headers: dict[str, str], available: str
+) -> None:
+    """Counted one a text, a tenant at its rate of 2,048-character texts (whose NFKC form can
+    be six times longer) took most of the API's CPU from the others."""
+    _quotas(client, admin_headers, tenant.id, classify_rps=2)  # burst: 2 s of rate = 4 units
+    url = f"/v1/classifiers/{available}/classify"
+    long = "rain " * 409 + "?"  # 2,046 characters: 4 units
+    expanding = "\u3316" * 100  # 100 characters, 600 once NFKC has made each "キロメートル": 2 units
+
+    assert serving.charge_units(["rain?", long, expanding]) == 1 + 4 + 2
+    first = client.post(url, json={"text": long}, headers=tenant.headers)
+    then = client.post(url, json={"text": "rain?"}, headers=tenant.headers)
+
+    assert first.status_code == 200
+    assert then.status_code == 429  # 4 short texts would have been served
+    assert "(a text of over 512 characters counts one per 512)" in then.json()["description"]
 
 
 def test_a_tenant_over_its_rate_does_not_slow_another(

@@ -96,8 +96,9 @@ def reply_json(
 
 async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -> Response:
     texts = texts_of(body, target.settings)
-    if len(texts) > 1:  # the dependency charged one text
-        await charge_classify(request.app.state, target.lookup, len(texts) - 1)
+    units = serving.charge_units(texts)
+    if units > 1:  # the dependency charged one unit
+        await charge_classify(request.app.state, target.lookup, units - 1)
     classified = await serving.classify(
         target.models, target.store, target.classifier, texts, still_exists=target.still_exists
     )

@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
+from sqlalchemy import select
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
@@ -56,7 +57,7 @@ from service.jobs import (
     release_job,
     retry_job,
 )
-from service.models import Classifier
+from service.models import Classifier, ClassifierVersion
 from service.settings import Settings
 from service.store import ArtifactStore, read_fetched
 from trainer.checkpoint import KEEP, checkpoint_version, list_checkpoints
@@ -170,6 +171,7 @@ class _JobRun:
         self._history: list[dict[str, object]] = []
         self._resume_unrecorded: int | None = None  # a resume whose record the database missed
         self._earlier_claims_dropped = False
+        self._published: Path | None = None  # the checkpoint last stored for every node
 
     def run(self) -> None:
         with self.sessions() as session:
@@ -290,7 +292,7 @@ class _JobRun:
                 applied_updates=result.applied_updates,
             ),
         )
-        if not finished:
+        if not finished and not self._recorded_as_model(model_dir):
             log.warning("job %s: lease lost before the model could be recorded", self.job_id)
             self.store.delete_tree(model_dir)
             self._clean_if_deleted(context)
@@ -311,6 +313,15 @@ class _JobRun:
             result.applied_updates,
             result.metrics.get("accuracy"),
         )
+
+    def _recorded_as_model(self, model_dir: Path) -> bool:
+        """Whether the version names ``model_dir`` as its model: a finish refused when tried
+        again because its first try had committed, and only the reply was lost (the model was
+        then deleted under an Available version)."""
+        relative = self.store.relative(model_dir)
+        with self.sessions() as session:
+            named = select(ClassifierVersion.id).where(ClassifierVersion.model_dir == relative)
+            return session.scalar(named) is not None
 
     def _train_or_start_over(self, train_here: Callable[[], TrainResult], workdir: Path) -> TrainResult:
         try:
@@ -340,11 +351,11 @@ class _JobRun:
                     progress.step,
                 )
             self._resume_unrecorded = progress.step
-        if self._resume_unrecorded is not None:
-            self._record_resumed(self._resume_unrecorded)
         if not phase_changed and clock - self._last_progress < self.settings.progress_every_seconds:
             return
         self._last_phase, self._last_progress = progress.phase, clock
+        if self._resume_unrecorded is not None:  # at the resume, or with a later progress report
+            self._record_resumed(self._resume_unrecorded)
         self._write_progress(progress)
 
     def _write_progress(self, progress: Progress) -> None:
@@ -389,13 +400,15 @@ class _JobRun:
         is lost, or at once before the lease keeper runs. (The error escaped at once: a blip of
         seconds cost the attempt, and three of them Failed the job, "its worker stopped
         responding".)"""
-        pause = 0.5
+        pause, deadline = 0.5, time.monotonic() + self.settings.lease_seconds
         while True:
             try:
                 with self.sessions() as session:
                     return write(session)
             except _UNREACHABLE as error:
-                if self.keeper is None or self.keeper.lost:
+                # a lease's time at most: an OperationalError that is no outage (a statement
+                # timeout, PostgreSQL's full disk) while the renewals succeed would loop for ever
+                if self.keeper is None or self.keeper.lost or time.monotonic() > deadline:
                     raise
                 log.warning(
                     "job %s: %s not recorded, the database is unreachable (%s); again in %.1f s",
@@ -437,9 +450,12 @@ class _JobRun:
     def _record_checkpoint(self, lease: JobLease, path: Path, step: int) -> bool | None:
         """Point the job at the checkpoint ``path``: False when refused (the lease is lost),
         None when the database cannot be reached (the watcher tries again at its next poll)."""
-        # Stored for every node (and the rotated-out one removed) before the pointer names it.
-        self.store.publish(path)
-        self.store.prune(path.parent)
+        # Stored for every node (and the rotated-out one removed) before the pointer names it;
+        # once, however many tries the pointer takes.
+        if path != self._published:
+            self.store.publish(path)
+            self.store.prune(path.parent)
+            self._published = path
         relative = self.store.relative(path)
         recorded = self._unless_unreachable(
             "the checkpoint pointer",
@@ -448,8 +464,11 @@ class _JobRun:
         if recorded and not self._earlier_claims_dropped:
             # The pointer names this claim's folder now, and no earlier claim can move it: their
             # folders only filled the disk (four yields of a 2,000-row job: 730 MB, and a disk
-            # that the job would fit waited for space for ever).
-            self.store.delete_tree(path.parent.parent, keep=path.parent)
+            # that the job would fit waited for space for ever). A later claim's is left alone:
+            # this lease may have run out since.
+            for folder in path.parent.parent.iterdir():
+                if _claim_epoch(folder.name) < lease.epoch:
+                    self.store.delete_tree(folder)
             self._earlier_claims_dropped = True
         return recorded
 
@@ -464,7 +483,7 @@ class _JobRun:
             with self.sessions() as session:
                 now = job_context(session, self.job_id)
         except _UNREACHABLE:
-            return  # left to the unrecorded sweep
+            return  # the next claim removes it once it records a checkpoint of its own
         folder = self.store.relative(workdir)
         if now is not None and not (now.checkpoint_path or "").startswith(f"{folder}/"):
             self.store.delete_tree(workdir)
@@ -547,13 +566,19 @@ class _CheckpointWatcher:
             return
         version, path = found[0]
         recorded = self.run._record_checkpoint(self.lease, path, version)
-        if recorded is None:
-            self._scanned = 0.0  # not recorded: the next poll lists the folder and tries again
+        if recorded is None:  # not recorded: tried again at the next scan, within a second
             return
         self.recorded = version
         if not recorded:
             assert self.run.keeper is not None
             self.run.keeper.mark_lost("checkpoint pointer refused")
+
+
+def _claim_epoch(name: str) -> int:
+    """The epoch of a claim's checkpoint folder ``epoch-<E>``; a large number for anything else
+    (never taken for an earlier claim's)."""
+    prefix, _, epoch = name.partition("-")
+    return int(epoch) if prefix == "epoch" and epoch.isdigit() else 2**62
 
 
 def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -81,6 +82,90 @@ def test_a_database_blip_while_training_and_at_the_finish_costs_no_attempt(
     assert (job.state, job.attempts, job.failures) == (JobState.SUCCEEDED, 1, 0)
     assert classifier.status == ClassifierStatus.AVAILABLE
     assert blips["record_progress"] > 2 and blips["record_checkpoint"] > 1 and blips["finish_job"] == 2
+
+
+def test_a_finish_whose_commit_landed_and_whose_reply_was_lost_keeps_its_model(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    worker_settings: Settings,
+    session: Session,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tried again, the finish is refused (the job is done already), which read as a lost
+    lease: the model was deleted under the version that had just become Available."""
+    queued = queue_job(intents_csv)
+    real, tries = training_run.finish_job, []
+
+    def committed_then_cut_off(*args: Any, **kwargs: Any) -> Any:
+        tries.append(None)
+        done = real(*args, **kwargs)
+        if len(tries) == 1:
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+        return done
+
+    monkeypatch.setattr(training_run, "finish_job", committed_then_cut_off)
+
+    run_training_job(queued.job_id, worker_settings, "host-a:1")
+
+    job, classifier = queued.reload(session)
+    assert (job.state, classifier.status, len(tries)) == (JobState.SUCCEEDED, ClassifierStatus.AVAILABLE, 2)
+    assert classifier.model_dir is not None
+    assert ArtifactStore(worker_settings.resolved_artifacts_dir()).resolve(classifier.model_dir).is_dir()
+
+
+def test_an_unreachable_database_is_asked_for_a_checkpoints_pointer_once_a_second(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    settings_factory: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It was asked after every update, and the checkpoint stored for every node again each
+    time (an S3 upload): thousands of tries in a 2 s outage. Now once when the checkpoint
+    appears and once a second after."""
+    queued = queue_job(intents_csv)
+    real, refused, published, outage = training_run.record_checkpoint, [], [], [0.0]
+
+    def unreachable_for_a_second(*args: Any, **kwargs: Any) -> Any:
+        outage[0] = outage[0] or time.monotonic()
+        if time.monotonic() - outage[0] < 1.0:
+            refused.append(kwargs["step"])
+            raise OperationalError("UPDATE training_jobs", {}, Exception("server closed the connection"))
+        return real(*args, **kwargs)
+
+    real_publish = ArtifactStore.publish
+
+    def publish(store: ArtifactStore, path: Path) -> None:
+        published.append(path)
+        real_publish(store, path)
+
+    monkeypatch.setattr(training_run, "record_checkpoint", unreachable_for_a_second)
+    monkeypatch.setattr(ArtifactStore, "publish", publish)
+
+    settings = settings_factory(redis_url=None, checkpoint_every_updates=100)
+    run_training_job(queued.job_id, settings, "host-a:1")
+
+    assert refused and max(refused.count(step) for step in refused) <= 2, refused
+    assert len(published) == len(set(published))  # each checkpoint (and the model) stored once
+
+
+def test_an_operational_error_that_outlasts_the_lease_ends_the_attempt(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    settings_factory: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A statement timeout or PostgreSQL's full disk is an OperationalError too, but no outage:
+    the lease's renewals succeed, so the finish was tried again for ever."""
+    queued = queue_job(intents_csv)
+
+    def timed_out(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("UPDATE", {}, Exception("canceling statement due to statement timeout"))
+
+    monkeypatch.setattr(training_run, "finish_job", timed_out)
+    settings = settings_factory(redis_url=None, lease_seconds=2, heartbeat_seconds=0.5)
+
+    with pytest.raises(OperationalError):
+        run_training_job(queued.job_id, settings, "host-a:1")
 
 
 def test_job_whose_row_is_gone_returns_quietly(worker_settings: Settings) -> None:

@@ -284,14 +284,20 @@ class BodyLimit:
 
 class _Inflater:
     """A gzip body inflated piece by piece, never more than ``limit`` + 1 bytes in all (more is
-    a PayloadTooLarge for the caller to raise: it counts what this returns)."""
+    a PayloadTooLarge for the caller to raise: it counts what this returns). The gzipped bytes
+    are bounded by the limit too: a chunked body of a header that never ends, or of empty
+    blocks, inflates to nothing for ever. One gzip member, nothing after it (``cat a.gz b.gz``
+    would have been read as a.gz alone)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.out = 0
+        self.out = self.took = 0
         self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
 
     def feed(self, data: bytes, *, last: bool) -> bytes:
+        self.took += len(data)
+        if self.took > self.limit:
+            raise PayloadTooLarge(self.limit)
         try:
             plain = self._inflate.decompress(data, self.limit + 1 - self.out)
         except zlib.error as exc:
@@ -299,6 +305,8 @@ class _Inflater:
         self.out += len(plain)
         if self.out > self.limit:
             return plain
+        if self._inflate.eof and self._inflate.unused_data:
+            raise BadRequest("body", "bytes follow the gzip stream: send one gzip member")
         if last and not self._inflate.eof:
             raise BadRequest("body", "the gzip body ends before its end: it was cut short")
         return plain

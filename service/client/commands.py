@@ -477,10 +477,11 @@ def _table(*columns: str) -> Table:
 
 def _is_labelled(file: Path) -> bool:
     """Whether FILE is a dataset upload (JSON Lines, or CSV whose header names text and label)
-    rather than NLC's headerless ``text,class`` CSV: told as the server tells a dataset's
-    format, by its first line that is not blank (``{`` or ``[``: JSON), whatever the file's
-    name; only the first ``SNIFF_BYTES`` are read. (Told by the first CSV record, a ``.json``
-    file of JSON Lines went as NLC CSV and trained classes such as ``"label": "music"}``.)"""
+    rather than NLC's headerless ``text,class`` CSV: told by its first line that is not blank
+    (JSON: a JSON object, or an array, which the server names), whatever the file's name; only
+    the first ``SNIFF_BYTES`` are read. (Told by the first CSV record, a ``.json`` file of
+    JSON Lines went as NLC CSV and trained classes such as ``"label": "music"}``; told by a
+    first ``{`` or ``[``, NLC data such as ``[URGENT] disk full,alerts`` went as JSON.)"""
     if file.suffix.lower() in {".jsonl", ".ndjson"}:
         return True
     try:
@@ -490,7 +491,11 @@ def _is_labelled(file: Path) -> bool:
         raise ClientError(f"cannot read {file}: {error}") from None
     first = next((line.strip() for line in head.splitlines() if line.strip()), "")
     if first.startswith(("{", "[")):
-        return True
+        try:
+            if isinstance(json.loads(first), dict | list):
+                return True
+        except (ValueError, RecursionError):
+            pass
     try:
         header = next(csv.reader([first]), [])
     except csv.Error:  # an unclosed quote: no header; the server names the row

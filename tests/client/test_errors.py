@@ -190,11 +190,24 @@ def test_an_id_of_dots_is_refused_before_any_request(taas: Callable[..., Result]
         ("\ntext,label\nplay jazz,music\n", True),  # a blank line before the header
         ("\ufefftext,label\nplay jazz,music\n", True),
         ("play jazz,music\nrain tomorrow,weather\n", False),
+        ("[URGENT] disk full,alerts\n{name} not replaced,bugs\n", False),  # NLC: it went as JSON
+        ("{name} not replaced,bugs\n", False),
         ('"an unclosed quote,music\n' + "x" * 200_000, False),  # was a csv.Error traceback
         ("a" * 200_000 + ",x\nb,y\n", False),  # a field over csv's limit: likewise
         ("", False),
     ],
-    ids=["jsonl-as-json", "json-array", "blank-first", "bom", "nlc", "unclosed-quote", "huge-field", "empty"],
+    ids=[
+        "jsonl-as-json",
+        "json-array",
+        "blank-first",
+        "bom",
+        "nlc",
+        "nlc-bracket",
+        "nlc-brace",
+        "unclosed-quote",
+        "huge-field",
+        "empty",
+    ],
 )
 def test_a_training_file_is_told_by_its_first_line_that_is_not_blank(
     tmp_path: Path, content: str, labelled: bool

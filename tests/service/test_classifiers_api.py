@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -295,12 +295,22 @@ def test_a_gzipped_body_is_read_as_the_plain_one_within_the_same_limits(
     cut = client.post(url, content=gzip.compress(body)[:-6], headers=zipped)
     garbage = client.post(url, content=b"not gzip at all", headers=zipped)
     brotli = client.post(url, content=body, headers={**zipped, "Content-Encoding": "br"})
+    two_members = client.post(url, content=gzip.compress(body) + gzip.compress(b" "), headers=zipped)
+
+    def endless_header() -> Iterator[bytes]:  # chunked; its file name never ends: inflates to nothing
+        yield b"\x1f\x8b\x08\x08\x00\x00\x00\x00\x00\x03"
+        for _ in range(settings.max_json_bytes // 65536 + 2):
+            yield b"A" * 65536
+
+    unbounded = client.post(url, content=endless_header(), headers=zipped)
 
     assert inflated.status_code == 200 and inflated.json() == plain.json()
     assert bomb.status_code == 413  # counted inflated: 10 KB that inflate past the limit
     assert cut.status_code == 400 and "cut short" in cut.json()["description"]
     assert garbage.status_code == 400 and "not valid gzip" in garbage.json()["description"]
     assert brotli.status_code == 415
+    assert two_members.status_code == 400 and "bytes follow the gzip stream" in two_members.text
+    assert unbounded.status_code == 413  # the gzipped bytes have the limit too
     assert brotli.json()["description"].startswith("Content-Encoding 'br' is not read here")
 
     request = client.build_request("POST", "/v1/classifiers", files=nlc_files(), headers=tenant.headers)

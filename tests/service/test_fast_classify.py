@@ -3,6 +3,7 @@ database nothing, and sees every revocation, quota change and deletion at once, 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -306,3 +307,34 @@ def test_a_change_made_on_one_replica_reaches_the_others_warm_cache(
 
     wait_until(lambda: len(lookups) == 0, timeout=2, message="the replica heard of the change")
     assert replica.post(url, json=TEXT, headers=tenant.headers).status_code == expected
+
+
+def test_the_body_watch_gives_up_on_an_overdue_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One watchdog for every fast-path body read (a timer each cost 15 µs a call): an overdue
+    read is given up, a read that answers in time is not, and another cancel is never taken
+    for the watchdog's."""
+    monkeypatch.setattr(fast_classify, "FIRST_CHUNK_SECONDS", 0.2)
+    watch = fast_classify._BodyWatch()
+
+    def answering_after(seconds: float) -> Callable[[], Any]:
+        async def receive() -> dict[str, Any]:
+            await asyncio.sleep(seconds)
+            return {"type": "http.request", "body": b"{}"}
+
+        return receive
+
+    async def run() -> None:
+        started = time.monotonic()
+        with pytest.raises(fast_classify._Stalled):
+            await watch.first_message(answering_after(60))
+        assert time.monotonic() - started < 2
+        assert (await watch.first_message(answering_after(0.05)))["body"] == b"{}"
+        cancelled = asyncio.ensure_future(watch.first_message(answering_after(60)))
+        await asyncio.sleep(0.01)
+        cancelled.cancel()  # the server's, say for a client that left
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        many = await asyncio.gather(*(watch.first_message(answering_after(0.01)) for _ in range(50)))
+        assert len(many) == 50
+
+    asyncio.run(run())

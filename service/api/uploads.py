@@ -313,14 +313,14 @@ class _Inflater:
 
 
 def _content_coding(scope: Scope) -> str:
-    for name, value in scope["headers"]:
-        if name == b"content-encoding":
-            return value.decode("latin-1").strip().lower()
-    return ""
+    return _first_header(scope, b"content-encoding").decode("latin-1").strip().lower()
 
 
 def _content_length(scope: Scope) -> int | None:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
+    value = _first_header(scope, b"content-length")
+    return int(value) if value.isdigit() else None
+
+
+def _first_header(scope: Scope, wanted: bytes) -> bytes:
+    """The first value of header ``wanted`` (b"" when absent)."""
+    return next((value for name, value in scope["headers"] if name == wanted), b"")

@@ -15,6 +15,7 @@ A promote changes what classify serves: the caller announces the tenant
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
@@ -131,15 +132,32 @@ def create_version(
     return get_version(session, classifier, numbered.latest_version)
 
 
-def list_versions(session: Session, classifier: Classifier) -> list[ClassifierVersion]:
-    """The classifier's versions, oldest first."""
-    return list(
-        session.scalars(
-            select(ClassifierVersion)
-            .where(ClassifierVersion.classifier_id == classifier.id)
-            .order_by(ClassifierVersion.number)
-        )
+class VersionsView(NamedTuple):
+    """What a listing shows: the serving version's number and the versions, read together."""
+
+    serving_version: int | None
+    versions: list[ClassifierVersion]
+
+
+def read_versions(session: Session, classifier: Classifier, number: int | None = None) -> VersionsView:
+    """The classifier's versions, oldest first (only version ``number`` if given), with the
+    number of the one serving, in ONE statement. Each statement reads one snapshot (READ
+    COMMITTED), and the classifier row a route's dependency read belongs to an earlier
+    transaction: a promote of 3 and a delete of 2 committed between two reads listed
+    ``serving_version`` 2 beside versions without a 2, and none marked serving. NotFound when
+    nothing is left: the version, or the classifier deleted since its dependency found it."""
+    query = (
+        select(ClassifierVersion, Classifier.serving_version)
+        .join(Classifier, Classifier.id == ClassifierVersion.classifier_id)
+        .where(ClassifierVersion.classifier_id == classifier.id)
+        .order_by(ClassifierVersion.number)
     )
+    if number is not None:
+        query = query.where(ClassifierVersion.number == number)
+    rows = session.execute(query).all()
+    if not rows:
+        raise NotFound("classifier", classifier.id) if number is None else NotFound("version", str(number))
+    return VersionsView(rows[0].serving_version, [row.ClassifierVersion for row in rows])
 
 
 def get_version(session: Session, classifier: Classifier, number: int) -> ClassifierVersion:

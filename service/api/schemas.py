@@ -140,14 +140,15 @@ class VersionInfo(BaseModel):
 
     @classmethod
     def build(
-        cls, c: Classifier, v: ClassifierVersion, job: TrainingJob | None, base_url: str
+        cls, v: ClassifierVersion, serving_version: int | None, job: TrainingJob | None, base_url: str
     ) -> VersionInfo:
-        """The view of version ``v`` of ``c``, with its job's progress."""
+        """The view of version ``v``, beside the classifier's ``serving_version``, with its job's
+        progress."""
         return cls(
-            classifier_id=c.id,
+            classifier_id=v.classifier_id,
             version=v.number,
-            url=f"{base_url}/v1/classifiers/{c.id}/versions/{v.number}",
-            serving=c.serving_version == v.number,
+            url=f"{base_url}/v1/classifiers/{v.classifier_id}/versions/{v.number}",
+            serving=serving_version == v.number,
             status=v.status,
             status_description=v.status_description,
             dataset_id=v.dataset_id,

@@ -16,9 +16,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from service import jobs
+from service import classifiers, jobs, versions
 from service.api import deps
-from service.models import Classifier, ClassifierVersion, Dataset, JobState, TrainingJob
+from service.models import Classifier, ClassifierVersion, Dataset, JobState, TrainingJob, utcnow
+from service.settings import Settings
 from service.store import ArtifactStore
 from tests.conftest import ADMIN_KEY, TenantHandle
 from tests.service.helpers import NLC_CSV, make_available, nlc_files
@@ -325,6 +326,46 @@ def test_a_pinned_classify_racing_its_versions_delete_is_404(
     reply = _classify(client, tenant, available, "?version=2")
 
     assert reply.status_code == 404 and reply.json()["description"] == "version '2' not found"
+
+
+@pytest.mark.parametrize("path", ["/versions", "/versions/1"])
+def test_a_version_read_racing_a_rollback_and_delete_shows_one_moment(
+    client: TestClient,
+    tenant: TenantHandle,
+    available: str,
+    new_version: Callable[..., httpx.Response],
+    session: Session,
+    settings: Settings,
+    store: ArtifactStore,
+    tiny_model: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+) -> None:
+    """The route's classifier (serving 2) is read, then version 1 is promoted and 2 deleted
+    before the versions are: the listing said ``serving_version`` 2 beside versions without a
+    2, none of them serving, and version 1 was said not to serve."""
+    assert new_version(tenant, available).status_code == 201
+    make_available(session, store, tenant.id, available, tiny_model, version=2)
+    found_then_changed = classifiers.get_classifier
+
+    def rolled_back_meanwhile(db: Session, tenant_id: str, classifier_id: str) -> Classifier:
+        found = found_then_changed(db, tenant_id, classifier_id)
+        other = session.get(Classifier, available)
+        assert other is not None
+        versions.promote(session, settings, other, 1, now=utcnow())
+        session.commit()
+        versions.delete_version(session, settings, store, other, 2, now=utcnow())
+        session.commit()
+        return found
+
+    monkeypatch.setattr(classifiers, "get_classifier", rolled_back_meanwhile)
+    reply = client.get(f"/v1/classifiers/{available}{path}", headers=tenant.headers).json()
+
+    if path == "/versions":
+        assert reply["serving_version"] == 1
+        assert [(v["version"], v["serving"]) for v in reply["versions"]] == [(1, True)]
+    else:
+        assert (reply["version"], reply["serving"]) == (1, True)
 
 
 def test_deleting_a_version_1_from_before_versions_removes_its_files(

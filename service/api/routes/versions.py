@@ -31,11 +31,10 @@ router = Router(prefix="/v1/classifiers/{classifier_id}/versions", tags=["versio
 VersionNumber = Path(ge=1, le=2**31 - 1, description="The version number: 1, 2, …")
 
 
-def _info(
-    request: Request, session: Session, classifier: Classifier, version: ClassifierVersion
-) -> VersionInfo:
-    job = jobs.version_job(session, classifier.id, version.number)
-    return VersionInfo.build(classifier, version, job, base_url(request))
+def _info(request: Request, session: Session, classifier: Classifier, number: int) -> VersionInfo:
+    view = versions.read_versions(session, classifier, number)
+    job = jobs.version_job(session, classifier.id, number)
+    return VersionInfo.build(view.versions[0], view.serving_version, job, base_url(request))
 
 
 @router.post("", response_model=VersionInfo, status_code=201)
@@ -55,19 +54,19 @@ async def create_version(
         )
         create = partial(intake.version_from_upload, upload)
     version = await run_in_threadpool(create, session, store, settings, classifier)
-    return _info(request, session, classifier, version)
+    return _info(request, session, classifier, version.number)
 
 
 @router.get("", response_model=VersionList)
 def list_versions(request: Request, classifier: ClassifierDep, session: SessionDep) -> VersionList:
     """Every version of the classifier, oldest first, with status, dataset, metrics and progress."""
-    found = versions.list_versions(session, classifier)
-    newest = versions.version_jobs(session, classifier.id)
+    serving, found = versions.read_versions(session, classifier)
+    newest = versions.version_jobs(session, classifier.id)  # after: a version's job is made with it
     url = base_url(request)
     return VersionList(
         classifier_id=classifier.id,
-        serving_version=classifier.serving_version,
-        versions=[VersionInfo.build(classifier, v, newest.get(v.number), url) for v in found],
+        serving_version=serving,
+        versions=[VersionInfo.build(v, serving, newest.get(v.number), url) for v in found],
     )
 
 
@@ -76,7 +75,7 @@ def get_version(
     request: Request, classifier: ClassifierDep, session: SessionDep, version: int = VersionNumber
 ) -> VersionInfo:
     """One version."""
-    return _info(request, session, classifier, versions.get_version(session, classifier, version))
+    return _info(request, session, classifier, version)
 
 
 @router.post("/{version}/promote", response_model=VersionInfo)
@@ -92,7 +91,7 @@ def promote_version(
     an older version is a rollback. 409 unless the version is Available."""
     versions.promote(session, settings, classifier, version, now=utcnow())
     invalidations.announce(classifier.tenant_id)
-    return _info(request, session, classifier, versions.get_version(session, classifier, version))
+    return _info(request, session, classifier, version)
 
 
 @router.delete("/{version}")

@@ -13,7 +13,7 @@ import asyncio
 import hmac
 import threading
 import unicodedata
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +32,7 @@ from service.training_data import has_surrogates
 from trainer.errors import CheckpointCorrupt
 from trainer.inference import LoadedModel
 
-_Key = tuple[str, str]
+_Key = tuple[str, str, str]  # tenant id, classifier id, model folder
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,9 @@ def lookup(session: Session, digest: str, classifier_id: str) -> ServingLookup |
 
 
 class ModelCache:
-    """LRU of :class:`trainer.LoadedModel`, keyed by (classifier id, model dir), within a byte budget.
+    """LRU of :class:`trainer.LoadedModel`, keyed by (tenant, classifier, model dir), within a
+    byte budget that no tenant can take from the others: over budget, the least recently used
+    model of a tenant holding more than an equal share goes first (:meth:`_evict_over_budget`).
 
     Models load lazily, on the first classify, on a loader pool of their own: a slow load
     never blocks the event loop, hits on other models, or the threads that run inference, and
@@ -138,25 +140,25 @@ class ModelCache:
         with self._lock:
             return len(self._models)
 
-    def peek(self, classifier_id: str, model_dir: Path) -> LoadedModel | None:
+    def peek(self, tenant_id: str, classifier_id: str, model_dir: Path) -> LoadedModel | None:
         """The model if it is loaded already (never loads)."""
-        key = (classifier_id, str(model_dir))
+        key = (tenant_id, classifier_id, str(model_dir))
         with self._lock:
             model = self._models.get(key)
             if model is not None:
                 self._models.move_to_end(key)
             return model
 
-    async def aget(self, classifier_id: str, model_dir: Path) -> LoadedModel:
+    async def aget(self, tenant_id: str, classifier_id: str, model_dir: Path) -> LoadedModel:
         """The loaded model in ``model_dir``, loading it off the event loop on a miss.
 
         Concurrent callers for one model await a single load; a caller that goes away does not
         cancel it for the others. Raises CheckpointCorrupt (or OSError) if unreadable.
         """
-        model = self.peek(classifier_id, model_dir)
+        model = self.peek(tenant_id, classifier_id, model_dir)
         if model is not None:
             return model
-        key = (classifier_id, str(model_dir))
+        key = (tenant_id, classifier_id, str(model_dir))
         pending = self._pending.get(key)
         if pending is None:
             pending = asyncio.get_running_loop().run_in_executor(self._loader, self._load, key, model_dir)
@@ -177,7 +179,7 @@ class ModelCache:
         with self._lock:
             self._models[key] = model
             self._models.move_to_end(key)
-            self._evict_over_budget()
+            self._evict_over_budget(keep=key)
         return model
 
     @property
@@ -190,15 +192,29 @@ class ModelCache:
         """Drop every cached model of a classifier (it was deleted), or with ``under`` only those
         loaded from that folder (a deleted version's: a classify pinned to it had loaded it)."""
         with self._lock:
-            for key in [k for k in self._models if k[0] == classifier_id]:
-                if under is None or Path(key[1]).is_relative_to(under):
+            for key in [k for k in self._models if k[1] == classifier_id]:
+                if under is None or Path(key[2]).is_relative_to(under):
                     del self._models[key]
 
-    def _evict_over_budget(self) -> None:
-        total = sum(m.nbytes for m in self._models.values())
+    def _evict_over_budget(self, keep: _Key) -> None:
+        """Drop models, least recently used first, until the rest fit the budget, taking them
+        from the tenants that hold more than an equal share (the budget over the tenants with
+        a model here) while there are such, and never ``keep`` (the model just loaded, kept
+        even if it alone exceeds the budget). Plain LRU let one tenant cycling through its
+        large models evict every other tenant's, whose next classify then paid a cold load."""
+        held: Counter[str] = Counter()
+        for (tenant_id, _, _), model in self._models.items():
+            held[tenant_id] += model.nbytes
+        total = held.total()
         while total > self.budget_bytes and len(self._models) > 1:
-            _, oldest = self._models.popitem(last=False)
-            total -= oldest.nbytes
+            share = self.budget_bytes / len(held)
+            others = [key for key in self._models if key != keep]  # least recently used first
+            victim = next((key for key in others if held[key[0]] > share), others[0])
+            dropped = self._models.pop(victim).nbytes
+            total -= dropped
+            held[victim[0]] -= dropped
+            if held[victim[0]] <= 0:  # its last model: every model holds some bytes
+                del held[victim[0]]
 
 
 UNIT_CHARS = 512  # characters of text (NFKC) that one unit of classify_rps covers
@@ -251,6 +267,7 @@ def check_texts(texts: Sequence[str], *, fields: Sequence[str], max_chars: int) 
 async def classify(
     cache: ModelCache,
     store: ArtifactStore,
+    tenant_id: str,
     classifier: Servable,
     texts: Sequence[str],
     *,
@@ -270,7 +287,7 @@ async def classify(
             what = f"version {classifier.version} of {what}"
         raise Conflict(f"{what} is {classifier.status}; classify needs status Available")
     try:
-        model = await cache.aget(classifier.id, store.resolve(classifier.model_dir))
+        model = await cache.aget(tenant_id, classifier.id, store.resolve(classifier.model_dir))
     except (CheckpointCorrupt, OSError) as exc:
         if not await to_thread.run_sync(still_exists, limiter=cache.threads):
             if classifier.version is not None:

@@ -148,7 +148,7 @@ class FastClassify:
             return None
         store: ArtifactStore = state.store
         models: ModelCache = state.models
-        model = models.peek(classifier_id, store.resolve(found.classifier.model_dir))
+        model = models.peek(found.tenant_id, classifier_id, store.resolve(found.classifier.model_dir))
         if model is None:
             return None
         try:

@@ -184,7 +184,7 @@ def test_lru_keeps_the_most_recently_used_models_within_the_budget(tiny_model: P
 
     async def use(*names: str) -> None:
         for name in names:
-            await cache.aget(name, tmp_path / name)
+            await cache.aget("t", name, tmp_path / name)
 
     try:
         asyncio.run(use("a", "b", "a", "c"))  # b is the least recently used when c arrives
@@ -198,6 +198,36 @@ def test_lru_keeps_the_most_recently_used_models_within_the_budget(tiny_model: P
         finally:
             LoadedModel.load = real  # type: ignore[method-assign]
         assert loads == [dirs[1]]
+    finally:
+        cache.close()
+
+
+def test_a_tenant_cycling_its_models_evicts_its_own_not_another_tenants(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Budget for three models: tenant B's one model, then tenant A loads four in turn. Plain
+    LRU evicted B's (the least recently used) for A's third; A, over an equal share, now pays."""
+    for name in ("b1", "a1", "a2", "a3", "a4"):
+        shutil.copytree(tiny_model, tmp_path / name)
+    one = LoadedModel.load(tiny_model).nbytes
+    cache = ModelCache(budget_bytes=3 * one)
+
+    async def use(tenant: str, *names: str) -> None:
+        for name in names:
+            await cache.aget(tenant, name, tmp_path / name)
+
+    try:
+        asyncio.run(use("B", "b1"))
+        asyncio.run(use("A", "a1", "a2", "a3", "a4"))
+
+        assert cache.peek("B", "b1", tmp_path / "b1") is not None
+        assert [name for name in ("a1", "a2", "a3", "a4") if cache.peek("A", name, tmp_path / name)] == [
+            "a3",
+            "a4",
+        ]
+        asyncio.run(use("C", "a1"))  # a third tenant: A, at two of three, is over its share of one
+        assert cache.peek("B", "b1", tmp_path / "b1") is not None
+        assert cache.peek("A", "a3", tmp_path / "a3") is None and len(cache) == 3
     finally:
         cache.close()
 
@@ -222,13 +252,13 @@ def test_a_model_copy_dropped_between_fetch_and_load_is_fetched_again(
 
     cache = ModelCache(budget_bytes=1 << 30, fetch=fetch_then_dropped_once)
     try:
-        model = asyncio.run(cache.aget("c", folder))
+        model = asyncio.run(cache.aget("t", "c", folder))
         assert model.classify(["is it snowing"])[0][0][0] in WEATHER
         assert fetches == [folder, folder]
         remote.delete_prefix(node.relative(folder))  # gone everywhere: the load still fails
         node.drop_local(folder)
         with pytest.raises(OSError):
-            asyncio.run(cache.aget("other", folder))
+            asyncio.run(cache.aget("t", "other", folder))
     finally:
         cache.close()
 
@@ -244,7 +274,7 @@ def test_concurrent_requests_for_one_model_share_one_load(tiny_model: Path) -> N
         return real(path)
 
     async def many() -> list[LoadedModel]:
-        return await asyncio.gather(*(cache.aget("x", tiny_model) for _ in range(20)))
+        return await asyncio.gather(*(cache.aget("t", "x", tiny_model) for _ in range(20)))
 
     LoadedModel.load = classmethod(counted)  # type: ignore[method-assign, assignment]
     try:

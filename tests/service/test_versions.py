@@ -287,7 +287,8 @@ def test_deleting_versions(
     assert client.delete(f"/v1/classifiers/{available}/versions/1", headers=tenant.headers).status_code == 200
     assert len(models) == 1
     serving_dir = _model_dir(session, available)
-    assert serving_dir is not None and models.peek(available, store.resolve(serving_dir)) is not None
+    assert serving_dir is not None
+    assert models.peek(tenant.id, available, store.resolve(serving_dir)) is not None
     listed = client.get(f"/v1/classifiers/{available}/versions", headers=tenant.headers).json()
     assert [(v["version"], v["serving"]) for v in listed["versions"]] == [(3, True)]
     assert not store.version_dir(tenant.id, available, 1).exists()

@@ -100,7 +100,12 @@ async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -
     if units > 1:  # the dependency charged one unit
         await charge_classify(request.app.state, target.lookup, units - 1)
     classified = await serving.classify(
-        target.models, target.store, target.classifier, texts, still_exists=target.still_exists
+        target.models,
+        target.store,
+        target.lookup.tenant_id,
+        target.classifier,
+        texts,
+        still_exists=target.still_exists,
     )
     return Response(reply_json(request, target.classifier.id, body, texts, classified), media_type=_JSON)
 

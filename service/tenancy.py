@@ -17,8 +17,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -136,10 +137,29 @@ def create_tenant(session: Session, name: str, *, max_name_chars: int, now: date
     return issued
 
 
-def list_tenants(session: Session) -> list[tuple[Tenant, list[ApiKey]]]:
-    """Every tenant with its keys (revoked ones included), oldest first."""
-    tenants = session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)).all()
-    return _keyed(tenants, session.scalars(select(ApiKey).order_by(ApiKey.created_at)))
+class TenantPage(NamedTuple):
+    """One page of a tenant listing, and how many tenants the whole listing has."""
+
+    total: int
+    tenants: list[Tenant]
+    per_page: int
+
+    @property
+    def pages(self) -> int:
+        """How many pages the listing has (one, when it is empty)."""
+        return max(1, -(-self.total // self.per_page))
+
+
+def find_tenants(session: Session, *, name: str = "", page: int = 1, per_page: int) -> TenantPage:
+    """Page ``page`` (from 1) of the tenants, oldest first, ``per_page`` a page; only those whose
+    name contains ``name`` in any case (``%`` and ``_`` taken literally) when it is given."""
+    query = select(Tenant)
+    if name:
+        query = query.where(func.lower(Tenant.name).contains(name.lower(), autoescape=True))
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    ordered = query.order_by(Tenant.created_at, Tenant.id)
+    shown = session.scalars(ordered.offset((page - 1) * per_page).limit(per_page)).all()
+    return TenantPage(total, list(shown), per_page)
 
 
 def with_keys(session: Session, tenants: Sequence[Tenant]) -> list[tuple[Tenant, list[ApiKey]]]:

@@ -429,9 +429,13 @@ class TenantInfo(BaseModel):
 
 
 class TenantList(BaseModel):
-    """``GET /v1/admin/tenants``."""
+    """``GET /v1/admin/tenants``: one page of tenants, oldest first, and where it lies."""
 
     tenants: list[TenantInfo]
+    total: int
+    page: int
+    per_page: int
+    pages: int
 
 
 class TenantDeletedInfo(BaseModel):

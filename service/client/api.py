@@ -10,6 +10,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 TIMEOUT = httpx.Timeout(30.0, read=300.0)  # an upload is validated before the reply comes
+TENANTS_PER_CALL = 1000  # the most GET /v1/admin/tenants gives a page
 
 
 class ClientError(Exception):
@@ -77,7 +78,7 @@ class Api:
         """Whether the key is the admin key (True) or a tenant's (False); ClientError if neither,
         or if what answers is not a taas platform (each answer must have taas's shape)."""
         try:
-            listed = self.call("GET", "/v1/admin/tenants")
+            listed = self.call("GET", "/v1/admin/tenants", params={"per_page": 1})
         except ClientError as error:
             if error.status == 401:  # the admin route's own reply would blame the admin key alone
                 raise ClientError(
@@ -90,6 +91,19 @@ class Api:
             return False
         self._check_shape(listed, "tenants")
         return True
+
+    def all_tenants(self, name: str = "") -> list[dict[str, Any]]:
+        """Every tenant (whose name contains ``name``, if given), oldest first, read a page at a
+        time."""
+        found: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            params = {"name": name, "page": page, "per_page": TENANTS_PER_CALL}
+            listed = self.call("GET", "/v1/admin/tenants", params=params)
+            found += listed["tenants"]
+            if page >= listed["pages"]:
+                return found
+            page += 1
 
     def _check_shape(self, reply: Any, key: str) -> None:
         if not (isinstance(reply, dict) and isinstance(reply.get(key), list)):

@@ -400,10 +400,13 @@ def create_tenant(name: str, as_json: bool = JSON_OPTION) -> None:
 
 @tenants.command("list")
 @_one_line_errors
-def list_tenants(as_json: bool = JSON_OPTION) -> None:
-    """Every tenant with its keys (prefixes only)."""
+def list_tenants(
+    name: str = typer.Option("", "--name", help="Only tenants whose name contains this, in any case."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Every tenant with its keys (prefixes only), oldest first."""
     with _api() as api:
-        found = api.call("GET", "/v1/admin/tenants")["tenants"]
+        found = api.all_tenants(name)
     if as_json:
         return _print_json(found)
     # a block per tenant, not a table: two 36-character ids a row did not fit 80 columns, and

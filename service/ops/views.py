@@ -138,14 +138,9 @@ def tenants(session: Session, settings: Settings, *, page: int = 1, name: str = 
     """One page of tenants (oldest first; those whose name contains ``name``, in any case), each
     with its keys (never their secrets), quotas, usage and classifiers, and the total count.
     Every tenant with every classifier made one reply of megabytes with a thousand tenants."""
-    query = select(Tenant)
-    if name:
-        query = query.where(func.lower(Tenant.name).contains(name.lower(), autoescape=True))
-    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     page = max(1, page)
-    ordered = query.order_by(Tenant.created_at, Tenant.id)
-    shown = session.scalars(ordered.offset((page - 1) * TENANTS_PER_PAGE).limit(TENANTS_PER_PAGE)).all()
-    ids = [t.id for t in shown]
+    found = tenancy.find_tenants(session, name=name, page=page, per_page=TENANTS_PER_PAGE)
+    ids = [t.id for t in found.tenants]
     classifiers: dict[str, list[dict[str, Any]]] = {}
     owned = select(Classifier).where(Classifier.tenant_id.in_(ids)).order_by(Classifier.created_at)
     for c in session.scalars(owned):
@@ -155,9 +150,9 @@ def tenants(session: Session, settings: Settings, *, page: int = 1, name: str = 
     in_force, default = quotas.quotas_by_tenant(session, settings, ids), quotas.defaults(settings)
     held, nothing = quotas.usage_by_tenant(session, ids), quotas.Usage(0, 0, 0, 0, 0, 0)
     return {
-        "total": total,
+        "total": found.total,
         "page": page,
-        "pages": max(1, -(-total // TENANTS_PER_PAGE)),
+        "pages": found.pages,
         "tenants": [
             {
                 "tenant_id": tenant.id,
@@ -176,7 +171,7 @@ def tenants(session: Session, settings: Settings, *, page: int = 1, name: str = 
                 "usage": asdict(held.get(tenant.id, nothing)),
                 "classifiers": classifiers.get(tenant.id, []),
             }
-            for tenant, keys in tenancy.with_keys(session, shown)
+            for tenant, keys in tenancy.with_keys(session, found.tenants)
         ],
     }
 

@@ -40,8 +40,11 @@ def test_admin_and_tenant_work_through_the_client(
     assert stat.S_IMODE((config_home / "taas" / "client.json").stat().st_mode) == 0o600
     created = _json(taas("tenants", "create", "cli-acme", "--json"))
     assert isinstance(created, dict)
+    assert taas("tenants", "create", "cli-other").exit_code == 0
+    monkeypatch.setattr("service.client.api.TENANTS_PER_CALL", 1)  # a page a tenant: every page read
     listed = _json(taas("tenants", "list", "--json"))
-    assert "cli-acme" in {t["name"] for t in listed}  # type: ignore[union-attr]
+    assert [t["name"] for t in listed] == ["cli-acme", "cli-other"]  # type: ignore[union-attr, index]
+    assert [t["name"] for t in _json(taas("tenants", "list", "--name", "CLI-AC", "--json"))] == ["cli-acme"]  # type: ignore[union-attr, index]
     # the plain listing shows whole ids (`taas tenants revoke` takes them), however narrow
     key_id = next(t for t in listed if t["name"] == "cli-acme")["keys"][0]["key_id"]  # type: ignore[union-attr, index]
     plain = taas("tenants", "list").stdout

@@ -291,7 +291,7 @@ def test_a_change_made_on_one_replica_reaches_the_others_warm_cache(
 
     admin = f"/v1/admin/tenants/{tenant.id}"
     if change == "revoke":
-        key_id = client.get("/v1/admin/tenants", headers=admin_headers).json()["tenants"]
+        key_id = client.get(f"/v1/admin/tenants?name={tenant.name}", headers=admin_headers).json()["tenants"]
         key_id = next(t for t in key_id if t["tenant_id"] == tenant.id)["keys"][0]["key_id"]
         client.delete(f"{admin}/keys/{key_id}", headers=admin_headers).raise_for_status()
         expected = 401

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +42,7 @@ def test_missing_or_unknown_key_is_401_with_challenge(client: TestClient, header
 def test_revoked_key_fails_at_once(client: TestClient, tenant: Any, admin_headers: dict[str, str]) -> None:
     [key] = [
         k
-        for t in client.get("/v1/admin/tenants", headers=admin_headers).json()["tenants"]
+        for t in client.get(f"/v1/admin/tenants?name={tenant.name}", headers=admin_headers).json()["tenants"]
         if t["tenant_id"] == tenant.id
         for k in t["keys"]
     ]
@@ -74,15 +75,16 @@ def test_a_misspelt_field_of_an_admin_request_is_refused_and_changes_nothing(
     rotated = client.post(
         f"/v1/admin/tenants/{tenant.id}/keys", json={"revoke_other": True}, headers=admin_headers
     )
-    created = client.post("/v1/admin/tenants", json={"name": "n", "quota": 1}, headers=admin_headers)
+    name = f"misspelt-{uuid.uuid4().hex[:8]}"
+    created = client.post("/v1/admin/tenants", json={"name": name, "quota": 1}, headers=admin_headers)
 
     assert rotated.status_code == 400
     assert rotated.json()["description"] == "revoke_other: Extra inputs are not permitted"
     assert created.status_code == 400
     assert created.json()["description"] == "quota: Extra inputs are not permitted"
-    tenants = client.get("/v1/admin/tenants", headers=admin_headers).json()["tenants"]
+    tenants = client.get(f"/v1/admin/tenants?name={tenant.name}", headers=admin_headers).json()["tenants"]
     assert [len(t["keys"]) for t in tenants if t["tenant_id"] == tenant.id] == [1]
-    assert "n" not in [t["name"] for t in tenants]
+    assert client.get(f"/v1/admin/tenants?name={name}", headers=admin_headers).json()["total"] == 0
     assert client.get("/v1/classifiers", headers=tenant.headers).status_code == 200
 
 
@@ -100,14 +102,38 @@ def test_a_query_parameter_an_admin_route_does_not_take_is_refused_and_changes_n
     assert (rotated.status_code, quotas.status_code) == (400, 400)
     assert rotated.json()["description"].startswith("revoke_others: this route takes no such query parameter")
     assert quotas.json()["description"].startswith("classifiers: this route takes no such query parameter")
-    tenants = client.get("/v1/admin/tenants", headers=admin_headers).json()["tenants"]
+    tenants = client.get(f"/v1/admin/tenants?name={tenant.name}", headers=admin_headers).json()["tenants"]
     assert [len(t["keys"]) for t in tenants if t["tenant_id"] == tenant.id] == [1]
+
+
+def test_the_admin_listing_comes_a_page_at_a_time_oldest_first(
+    client: TestClient, tenant_factory: Any, admin_headers: dict[str, str]
+) -> None:
+    prefix = f"paged-{uuid.uuid4().hex[:8]}"
+    made = [tenant_factory(f"{prefix}-{i}") for i in range(3)]
+    listing = f"/v1/admin/tenants?name={prefix.upper()}&per_page=2"
+
+    first, second, beyond = (client.get(f"{listing}&page={n}", headers=admin_headers) for n in (1, 2, 3))
+
+    assert [(r.status_code, r.json()["total"], r.json()["pages"]) for r in (first, second, beyond)] == [
+        (200, 3, 2)
+    ] * 3
+    pages = [[t["tenant_id"] for t in r.json()["tenants"]] for r in (first, second, beyond)]
+    assert pages == [[made[0].id, made[1].id], [made[2].id], []]
+    assert first.json()["tenants"][0]["keys"][0]["revoked"] is None
+    everyone = client.get("/v1/admin/tenants?per_page=1", headers=admin_headers).json()
+    assert everyone["pages"] == everyone["total"] >= 3 and len(everyone["tenants"]) == 1
+    for query, field in (("per_page=0", "per_page"), ("per_page=1001", "per_page"), ("page=0", "page")):
+        refused = client.get(f"/v1/admin/tenants?{query}", headers=admin_headers)
+        assert refused.status_code == 400 and refused.json()["description"].startswith(f"query.{field}: ")
+    too_long = client.get(f"/v1/admin/tenants?name={'x' * 201}", headers=admin_headers)
+    assert too_long.status_code == 400 and too_long.json()["description"].startswith("query.name: ")
 
 
 def test_admin_list_never_shows_secrets(
     client: TestClient, tenant: Any, admin_headers: dict[str, str]
 ) -> None:
-    listing = client.get("/v1/admin/tenants", headers=admin_headers)
+    listing = client.get(f"/v1/admin/tenants?name={tenant.name}", headers=admin_headers)
 
     assert listing.status_code == 200
     assert tenant.api_key not in listing.text

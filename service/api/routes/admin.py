@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Query
 from sqlalchemy.orm import Session
 
 from service import quotas, tenancy
@@ -31,6 +32,8 @@ from service.api.schemas import (
 from service.models import utcnow
 from service.settings import Settings
 
+MAX_TENANTS_PER_PAGE = 1000
+
 router = Router(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(refuse_unknown_query)])
 
 
@@ -49,9 +52,26 @@ def create_tenant(
 
 
 @router.get("/tenants", response_model=TenantList)
-def list_tenants(_: AdminDep, session: SessionDep) -> TenantList:
-    """Every tenant with its keys (secrets never shown)."""
-    return TenantList(tenants=[TenantInfo.build(t, keys) for t, keys in tenancy.list_tenants(session)])
+def list_tenants(
+    _: AdminDep,
+    session: SessionDep,
+    name: Annotated[
+        str, Query(max_length=200, description="Only tenants whose name contains this, in any case.")
+    ] = "",
+    page: Annotated[int, Query(ge=1, le=2**31 - 1, description="The page, from 1.")] = 1,
+    per_page: Annotated[int, Query(ge=1, le=MAX_TENANTS_PER_PAGE, description="Tenants a page.")] = 100,
+) -> TenantList:
+    """The tenants, oldest first, a page at a time, each with its keys (secrets never shown).
+    Every tenant in one reply was megabytes with thousands of tenants, and the CLI read it
+    before every admin command to tell an admin key from a tenant's."""
+    found = tenancy.find_tenants(session, name=name, page=page, per_page=per_page)
+    return TenantList(
+        tenants=[TenantInfo.build(t, keys) for t, keys in tenancy.with_keys(session, found.tenants)],
+        total=found.total,
+        page=page,
+        per_page=per_page,
+        pages=found.pages,
+    )
 
 
 @router.delete("/tenants/{tenant_id}", response_model=TenantDeletedInfo)

@@ -68,3 +68,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+    # SQLite's own lower() folds ASCII only ('Émile' stayed 'Émile'), so the dashboard's search by
+    # name "in any case" missed every non-ASCII capital there; PostgreSQL's folds them all
+    dbapi_connection.create_function("lower", 1, _lower, deterministic=True)
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value

@@ -152,7 +152,11 @@ class TenantPage(NamedTuple):
 
 def find_tenants(session: Session, *, name: str = "", page: int = 1, per_page: int) -> TenantPage:
     """Page ``page`` (from 1) of the tenants, oldest first, ``per_page`` a page; only those whose
-    name contains ``name`` in any case (``%`` and ``_`` taken literally) when it is given."""
+    name contains ``name`` in any case (``%`` and ``_`` taken literally) when it is given.
+    BadRequest for a NUL in ``name``: PostgreSQL refused it (a 500), SQLite cut the pattern there
+    (every tenant matched)."""
+    if "\x00" in name:
+        raise BadRequest("name", "must not contain a NUL character")
     query = select(Tenant)
     if name:
         query = query.where(func.lower(Tenant.name).contains(name.lower(), autoescape=True))

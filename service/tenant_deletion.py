@@ -62,14 +62,19 @@ def delete_tenant(
     datasets = session.scalar(select(func.count()).where(Dataset.tenant_id == tenant_id)) or 0
     deleted = []
     owned = session.scalars(
-        select(Classifier).where(Classifier.tenant_id == tenant_id).order_by(Classifier.id)
-    )
-    for classifier in owned.all():
+        select(Classifier.id).where(Classifier.tenant_id == tenant_id).order_by(Classifier.id)
+    ).all()
+    for classifier_id in owned:
+        # each read afresh: a NotFound's rollback expires what was loaded, and reloading a
+        # classifier that a concurrent deletion removed meanwhile raised ObjectDeletedError (a 500)
+        classifier = session.get(Classifier, classifier_id)
+        if classifier is None:  # a concurrent delete took it first
+            continue
         try:
             classifiers.delete_classifier(session, settings, store, classifier, now=now, notify=False)
-        except NotFound:  # a concurrent delete took it first
+        except NotFound:  # ... or took it while this one waited for its lock
             continue
-        deleted.append(classifier.id)
+        deleted.append(classifier_id)
     # the folder before the row, which stays the mark a repeated request finishes from (after
     # the row, a crash between the two left the folder, and the repeat was a 404); and again
     # after, for what a request the deletion overtook wrote meanwhile

@@ -180,6 +180,24 @@ def test_tenants_come_a_page_at_a_time_and_found_by_name(
     assert too_long.status_code == 400
 
 
+@pytest.mark.parametrize("name", ["\x00", "a\x00b"])
+def test_a_nul_in_the_tenant_search_is_a_400(ops_client: TestClient, tenant: TenantHandle, name: str) -> None:
+    """PostgreSQL refused the NUL with a 500; SQLite cut the pattern at it and listed every tenant."""
+    reply = ops_client.get("/ops/api/tenants", params={"name": name})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["description"].startswith("name:")
+
+
+def test_the_tenant_search_ignores_case_beyond_ascii(
+    ops_client: TestClient, tenant_factory: Callable[..., TenantHandle]
+) -> None:
+    """SQLite's lower() folds ASCII only: 'émile' did not find 'Émile' there (PostgreSQL did)."""
+    made = tenant_factory(f"Émile-Ångström-{uuid.uuid4().hex[:8]}")
+    for typed in (made.name.lower(), made.name.upper(), "ÉMILE-ÅNGSTRÖM-" + made.name[-8:]):
+        found = ops_client.get("/ops/api/tenants", params={"name": typed}).json()["tenants"]
+        assert [t["tenant_id"] for t in found] == [made.id], typed
+
+
 def test_key_actions_need_the_csrf_header(ops_client: TestClient, tenant: TenantHandle) -> None:
     reply = ops_client.post(f"/ops/api/tenants/{tenant.id}/keys", json={})
 

@@ -126,8 +126,10 @@ def test_the_admin_listing_comes_a_page_at_a_time_oldest_first(
     for query, field in (("per_page=0", "per_page"), ("per_page=1001", "per_page"), ("page=0", "page")):
         refused = client.get(f"/v1/admin/tenants?{query}", headers=admin_headers)
         assert refused.status_code == 400 and refused.json()["description"].startswith(f"query.{field}: ")
-    too_long = client.get(f"/v1/admin/tenants?name={'x' * 201}", headers=admin_headers)
+    too_long = client.get(f"/v1/admin/tenants?name={'x' * 257}", headers=admin_headers)
     assert too_long.status_code == 400 and too_long.json()["description"].startswith("query.name: ")
+    nul = client.get("/v1/admin/tenants?name=a%00b", headers=admin_headers)  # a 500 on PostgreSQL
+    assert nul.status_code == 400 and nul.json()["description"] == "name: must not contain a NUL character"
 
 
 def test_admin_list_never_shows_secrets(

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from service import quotas, tenant_deletion
 from service.errors import Unauthorized
-from service.models import Base, Tenant
+from service.models import Base, Classifier, Tenant, utcnow
 from service.settings import Settings
 from service.store import ArtifactStore
 from tests.conftest import TenantHandle
@@ -150,3 +150,35 @@ def test_a_write_the_deletion_overtook_is_refused_as_an_unknown_key(
 
     with pytest.raises(Unauthorized, match="the API key is unknown or revoked"):
         quotas.check_can_store_dataset(session, settings, tenant.id, size_bytes=10, rows=1)
+
+
+def test_a_deletion_racing_another_of_the_same_tenant_finishes_without_an_error(
+    client: TestClient,
+    session: Session,
+    settings: Settings,
+    tenant: TenantHandle,
+    admin_headers: dict[str, str],
+    create_classifier: Callable[..., httpx.Response],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two deletions of one tenant at once (the dashboard and `taas tenants delete`, or a retry):
+    the other took every classifier first, and the loop's next one, expired by the rollback of
+    the first NotFound, was reloaded from a row that was gone: ObjectDeletedError, a 500."""
+    _estate(client, tenant, create_classifier)
+    real_delete = tenant_deletion.classifiers.delete_classifier
+    store = ArtifactStore(settings.resolved_artifacts_dir())
+    raced = False
+
+    def the_other_deletion_goes_first(*args: Any, **kwargs: Any) -> None:
+        nonlocal raced
+        if not raced:
+            raced = True
+            for other in session.scalars(select(Classifier).where(Classifier.tenant_id == tenant.id)).all():
+                real_delete(session, settings, store, other, now=utcnow(), notify=False)
+        real_delete(*args, **kwargs)
+
+    monkeypatch.setattr(tenant_deletion.classifiers, "delete_classifier", the_other_deletion_goes_first)
+    reply = client.delete(f"/v1/admin/tenants/{tenant.id}", headers=admin_headers)
+
+    assert reply.status_code == 200, reply.text
+    assert _rows_of(session, tenant.id) == {}

@@ -56,7 +56,7 @@ def list_tenants(
     _: AdminDep,
     session: SessionDep,
     name: Annotated[
-        str, Query(max_length=200, description="Only tenants whose name contains this, in any case.")
+        str, Query(max_length=256, description="Only tenants whose name contains this, in any case.")
     ] = "",
     page: Annotated[int, Query(ge=1, le=2**31 - 1, description="The page, from 1.")] = 1,
     per_page: Annotated[int, Query(ge=1, le=MAX_TENANTS_PER_PAGE, description="Tenants a page.")] = 100,

@@ -24,14 +24,20 @@ async function api(path, options = {}) {
    function is called); shows the time of the last update. */
 function poll(path, render, every = POLL_MS) {
   const live = document.getElementById("live");
-  let timer = null;
+  let timer = null, sent = 0;
   async function tick() {
     clearTimeout(timer);
+    const mine = ++sent;
     try {
-      render(await api(path()));
+      const data = await api(path());
+      // a newer request (a click on a pager or Filter) went out while this one was answered:
+      // its reply is the one to show (this one rendered the old page over the new one)
+      if (mine !== sent) return;
+      render(data);
       live.textContent = "live · " + new Date().toLocaleTimeString();
       live.classList.remove("stale");
     } catch (error) {
+      if (mine !== sent) return;
       live.textContent = "update failed: " + error.message;
       live.classList.add("stale");
     }
@@ -101,10 +107,10 @@ const pages = {
 
   jobs() {
     const form = document.getElementById("filters");
-    let page = 1, pages = 1, filled = false;
+    let page = 1, pages = 1, filled = false, filters = new FormData(form);  // as last submitted
     const query = () => {
       const q = new URLSearchParams({ page });
-      for (const [k, v] of new FormData(form)) {
+      for (const [k, v] of filters) {
         if (v) q.set(k, k === "since" || k === "until" ? new Date(v).toISOString() : v);
       }
       return "/jobs?" + q;
@@ -115,13 +121,14 @@ const pages = {
         form.tenant.append(...data.tenants.map((t) => el("option", { value: t.tenant_id }, t.name)));
         form.state.append(...data.states.map((s) => el("option", { value: s }, s)));
       }
-      page = data.page;
       pages = data.pages;
+      if (data.page > pages && data.total) { page = pages; return refresh(); }  // fewer pages now
+      page = data.page;
       rows("jobs", data.jobs, (j) => [jobLink(j), j.tenant, j.state, progressBar(j), `${j.attempts} (${j.failures} failed)`,
         when(j.created)], "No job matches.");
       document.getElementById("pageinfo").textContent = `page ${page} of ${pages} · ${data.total} jobs`;
     });
-    form.addEventListener("submit", (e) => { e.preventDefault(); page = 1; refresh(); });
+    form.addEventListener("submit", (e) => { e.preventDefault(); filters = new FormData(form); page = 1; refresh(); });
     document.getElementById("prev").addEventListener("click", () => { if (page > 1) { page--; refresh(); } });
     document.getElementById("next").addEventListener("click", () => { if (page < pages) { page++; refresh(); } });
   },
@@ -169,7 +176,7 @@ const pages = {
   tenants() {
     const issued = document.getElementById("issued");
     const form = document.getElementById("filters");
-    let page = 1, pages = 1;
+    let page = 1, pages = 1, name = "";  // the name as last submitted (Find), not as being typed
     const act = async (path, body, message) => {
       try {
         const reply = await api(path, { method: "POST", body: JSON.stringify(body) });
@@ -181,9 +188,10 @@ const pages = {
       issued.hidden = false;
       refresh();
     };
-    const refresh = poll(() => "/tenants?" + new URLSearchParams({ page, name: form.name.value }), (data) => {
-      page = data.page;
+    const refresh = poll(() => "/tenants?" + new URLSearchParams({ page, name }), (data) => {
       pages = data.pages;
+      if (data.page > pages && data.total) { page = pages; return refresh(); }  // fewer pages now
+      page = data.page;
       document.getElementById("pageinfo").textContent = `page ${page} of ${pages} · ${data.total} tenants`;
       if (!data.tenants.length) {
         return document.getElementById("tenants").replaceChildren(el("p", { class: "card muted" }, "No tenant matches."));
@@ -211,7 +219,7 @@ const pages = {
             el("ul", {}, ...t.classifiers.map((c) => el("li", {}, `${c.name} — ${c.status}`)))));
       }));
     }, null);
-    form.addEventListener("submit", (e) => { e.preventDefault(); page = 1; refresh(); });
+    form.addEventListener("submit", (e) => { e.preventDefault(); name = form.name.value; page = 1; refresh(); });
     document.getElementById("prev").addEventListener("click", () => { if (page > 1) { page--; refresh(); } });
     document.getElementById("next").addEventListener("click", () => { if (page < pages) { page++; refresh(); } });
   },

@@ -11,7 +11,7 @@ import anyio
 from fastapi import Depends, FastAPI
 from starlette.types import Receive, Scope, Send
 
-from service import ops, serving
+from service import observe, ops, serving
 from service.api import errors
 from service.api.compression import CompressReplies
 from service.api.deps import utf8_query
@@ -56,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings)
         app.state.settings = settings
         app.state.sessions = session_factory(engine)
+        app.state.progress_digests = observe.ProgressDigests()  # the dashboard overview's
         app.state.db_slots = anyio.Semaphore(POOL_CONNECTIONS)  # see service.api.deps._session
         app.state.store = ArtifactStore.open(settings)
         sweeper = LocalSweeper(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import redis
@@ -32,12 +33,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import observe
-from service.models import JobState, TrainingJob, utcnow
+from service.models import JobState, utcnow
 from service.worker_registry import WorkerInfo, WorkerRegistry
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+SERIES_AFTER_END = timedelta(minutes=5)  # how long a job's own series outlive its training
 STALENESS_BUCKETS = ("0", "1", "2", "3", "4-7", "8-15", "16+")  # trainer.ps.counters' histogram
 _CLASSIFY_ROUTES = (
     "/v1/classifiers/{classifier_id}/classify",
@@ -140,6 +142,7 @@ class _PlatformCollector(Collector):
     def __init__(self) -> None:
         self.sessions: sessionmaker[Session] | None = None  # set while the app runs
         self.registry: WorkerRegistry | None = None
+        self.digests = observe.ProgressDigests()  # its own: it reads fewer jobs than the dashboard
 
     def describe(self) -> list[Metric]:
         return []  # no query at registration: the series are unknown until a scrape
@@ -152,6 +155,14 @@ class _PlatformCollector(Collector):
             counts = observe.job_counts(session)
             jobs = observe.recent_jobs(session, now=now)
             workers = observe.workers_seen(session, jobs)
+            # a series per job only while it trains and for a while after, for a scrape to see
+            # its last values: the hour's finished jobs made a 3 MB scrape of 66,000 series
+            shown = [
+                job
+                for job in jobs
+                if job.state == JobState.TRAINING.value or job.updated_at >= now - SERIES_AFTER_END
+            ]
+            digests = self.digests.of(session, shown)
         queue = GaugeMetricFamily("taas_queue_depth", "Training jobs waiting for a worker (queued).")
         queue.add_metric([], counts[JobState.QUEUED.value])
         jobs_by_state = GaugeMetricFamily("taas_jobs", "Training jobs by state.", labels=["state"])
@@ -166,7 +177,7 @@ class _PlatformCollector(Collector):
         for worker in workers:
             heartbeat.add_metric([worker.worker], worker.last_seen.timestamp())
         yield from (queue, jobs_by_state, heartbeat)
-        yield from _training_series(jobs)
+        yield from _training_series(digests)
         if self.registry is not None:
             try:
                 alive = self.registry.alive()
@@ -176,7 +187,7 @@ class _PlatformCollector(Collector):
                 yield from _registry_series(alive, now=time.time())
 
 
-def _training_series(jobs: list[TrainingJob]) -> Iterator[Metric]:
+def _training_series(digests: dict[str, observe.JobDigest]) -> Iterator[Metric]:
     rate = GaugeMetricFamily(
         "taas_training_samples_per_second",
         "Training examples per second last reported by each job training now or within the hour.",
@@ -192,14 +203,12 @@ def _training_series(jobs: list[TrainingJob]) -> Iterator[Metric]:
         "Applied updates of each recent job by staleness (versions behind when applied).",
         labels=["job_id", "staleness"],
     )
-    for job in jobs:
-        progress = job.progress or {}
-        rate.add_metric([job.id], float(progress.get("samples_per_second") or 0.0))
-        ps = progress.get("ps") or {}
-        for kind in ("pushed", "applied"):
-            updates.add_metric([job.id, kind], float(ps.get(kind) or 0))
-        for bucket, count in zip(STALENESS_BUCKETS, ps.get("staleness_histogram") or [], strict=False):
-            staleness.add_metric([job.id, bucket], float(count))
+    for job_id, digest in digests.items():
+        rate.add_metric([job_id], digest.samples_per_second)
+        updates.add_metric([job_id, "pushed"], digest.pushed)
+        updates.add_metric([job_id, "applied"], digest.applied)
+        for bucket, count in zip(STALENESS_BUCKETS, digest.staleness, strict=False):
+            staleness.add_metric([job_id, bucket], count)
     yield from (rate, updates, staleness)
 
 

@@ -30,7 +30,8 @@ scrape_router = Router(include_in_schema=False)
 @router.get("/overview")
 def overview(_: OpsSessionDep, request: Request, session: SessionDep) -> dict[str, Any]:
     client = request.app.state.redis
-    return views.overview(session, None if client is None else WorkerRegistry(client), now=utcnow())
+    registry = None if client is None else WorkerRegistry(client)
+    return views.overview(session, registry, request.app.state.progress_digests, now=utcnow())
 
 
 @router.get("/jobs")

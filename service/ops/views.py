@@ -3,6 +3,7 @@ workers, the worker registry in Redis (no writes here)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,7 +23,6 @@ from service.worker_registry import WorkerRegistry
 PAGE_SIZE = 25
 TENANTS_PER_PAGE = 20  # a card each, with its keys and classifiers
 ATTENTION_EVENTS = ("crashed", "lease_lost", "failed", "resumed")
-_THROUGHPUT_BUCKET = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -36,20 +36,29 @@ class JobFilter:
     page: int = 1
 
 
-def overview(session: Session, registry: WorkerRegistry | None, *, now: datetime) -> dict[str, Any]:
+def overview(
+    session: Session, registry: WorkerRegistry | None, digests: observe.ProgressDigests, *, now: datetime
+) -> dict[str, Any]:
     """Queue depth, jobs by state, running jobs, live workers (``workers_error`` says why there
     are none when the registry cannot be read), throughput, recent failures and resumes."""
     counts = observe.job_counts(session)
-    jobs = observe.recent_jobs(session, now=now)
-    names = _names(session, jobs)
-    workers, workers_error = _workers(registry, jobs, names, now=now)
+    running = list(
+        session.scalars(
+            select(TrainingJob)
+            .where(TrainingJob.state == JobState.TRAINING.value)
+            .order_by(TrainingJob.updated_at.desc())
+        )
+    )
+    names = _names(session, running)
+    workers, workers_error = _workers(session, registry, now=now)
+    recent = observe.recent_jobs(session, now=now)
     return {
         "queue_depth": counts[JobState.QUEUED.value],
         "jobs_by_state": counts,
-        "running": [_job_row(job, names) for job in jobs if job.state == JobState.TRAINING.value],
+        "running": [_job_row(job, names) for job in running],
         "workers": workers,
         "workers_error": workers_error,
-        "throughput": _throughput(jobs, now=now),
+        "throughput": _throughput(digests.of(session, recent).values(), now=now),
         "attention": _attention(session, now=now),
     }
 
@@ -206,7 +215,7 @@ def _job_row(job: TrainingJob, names: dict[str, str]) -> dict[str, Any]:
 
 
 def _workers(
-    registry: WorkerRegistry | None, jobs: list[TrainingJob], names: dict[str, str], *, now: datetime
+    session: Session, registry: WorkerRegistry | None, *, now: datetime
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The live workers of the registry, each with the classifier name of its current job."""
     if registry is None:
@@ -215,7 +224,13 @@ def _workers(
         alive = registry.alive()
     except redis.RedisError as error:
         return [], f"the worker registry (Redis) is unreachable: {error}"
-    classifiers = {job.id: names.get(job.classifier_id, "") for job in jobs}
+    job_ids = {w.job_id for w in alive if w.job_id}
+    named = (
+        select(TrainingJob.id, Classifier.name)
+        .join(Classifier, Classifier.id == TrainingJob.classifier_id)
+        .where(TrainingJob.id.in_(job_ids))
+    )
+    classifiers: dict[str, str] = dict(session.execute(named).all()) if job_ids else {}
     return [
         {
             "worker": w.worker_id,
@@ -248,21 +263,20 @@ def _names(session: Session, jobs: list[TrainingJob]) -> dict[str, str]:
     return names
 
 
-def _throughput(jobs: list[TrainingJob], *, now: datetime) -> list[dict[str, float]]:
-    """Samples/s of all jobs together per minute of the last hour (each job's mean in a minute)."""
-    start = now.timestamp() - observe.RECENT.total_seconds()
-    width = _THROUGHPUT_BUCKET.total_seconds()
-    buckets = int(observe.RECENT / _THROUGHPUT_BUCKET)
-    totals = [0.0] * buckets
-    for job in jobs:
-        per_bucket: dict[int, list[float]] = {}
-        for point in (job.progress or {}).get(HISTORY_KEY) or []:
-            index = int((point["t"] - start) // width)
-            if 0 <= index < buckets and point.get("samples_per_second") is not None:
-                per_bucket.setdefault(index, []).append(float(point["samples_per_second"]))
-        for index, rates in per_bucket.items():
-            totals[index] += sum(rates) / len(rates)
-    return [{"t": start + (i + 1) * width, "samples_per_second": round(v, 2)} for i, v in enumerate(totals)]
+def _throughput(digests: Iterable[observe.JobDigest], *, now: datetime) -> list[dict[str, float]]:
+    """Samples/s of all jobs together per minute of the last hour, the current one last (each
+    job's mean in a minute); each point is stamped with its minute's end."""
+    last = int(now.timestamp() // observe.MINUTE)
+    minutes = range(last - int(observe.RECENT.total_seconds() // observe.MINUTE) + 1, last + 1)
+    totals = dict.fromkeys(minutes, 0.0)
+    for digest in digests:
+        for minute, rate in digest.minutes.items():
+            if minute in totals:
+                totals[minute] += rate
+    return [
+        {"t": float((minute + 1) * observe.MINUTE), "samples_per_second": round(total, 2)}
+        for minute, total in totals.items()
+    ]
 
 
 def _attention(session: Session, *, now: datetime) -> list[dict[str, Any]]:

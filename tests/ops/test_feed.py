@@ -14,6 +14,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
 from benchmarks.chaos import free_port
+from service import observe
 from service.db import session_factory
 from service.errors import NotFound
 from service.models import Classifier, utcnow
@@ -271,7 +272,7 @@ def test_overview_lists_live_workers_idle_or_training_with_their_job(
 def test_overview_says_why_it_lists_no_worker_when_the_registry_is_unreachable(session: Session) -> None:
     down = WorkerRegistry(connect(f"redis://127.0.0.1:{free_port()}/0"))
 
-    found = views.overview(session, down, now=utcnow())
+    found = views.overview(session, down, observe.ProgressDigests(), now=utcnow())
 
     assert found["workers"] == [] and "registry (Redis) is unreachable" in found["workers_error"]
 

@@ -30,7 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,14 @@ from trainer.data import (
     stratified_folds,
     stratified_split,
 )
-from trainer.errors import InvalidTrainingData, NonFiniteLoss, TrainerError, TrainingStopped
+from trainer.errors import (
+    CheckpointCorrupt,
+    InvalidTrainingData,
+    NonFiniteLoss,
+    TrainerError,
+    TrainingStopped,
+    WeightsOutOfBounds,
+)
 from trainer.evaluate import (
     DEFAULT_THRESHOLD,
     choose_threshold,
@@ -76,6 +83,10 @@ from trainer.step import DataCursor, TextClassifierTask, epoch_updates, model_pa
 log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 2  # sessions restarted from the last checkpoint after a suspect state, per call
+# a training that diverges starts over at half the learning rate, at most this many times a call
+# (down to 1/8 of it): plain SGD at the fixed rate diverged on multi-label data whose texts
+# carry many labels each (docs/model.md, "Multi-label")
+MAX_DIVERGENCE_RETRIES = 3
 
 TrainingData = LabelledData | MultiLabelData  # single-label rows, or multi-label examples
 
@@ -457,9 +468,11 @@ def train(
     ``should_stop()`` turns true (checked after every update with K = 1, every ~50 ms with
     K > 1), writes a checkpoint and raises TrainingStopped. A learner that dies is respawned
     at its committed cursor; if it died while applying, the session restarts from the last
-    checkpoint. Raises InvalidTrainingData (no examples, fewer than two classes),
-    NonFiniteLoss, CheckpointCorrupt (checkpoint files exist, none usable), TrainerError
-    (learners < 0, the workdir's checkpoint is of other data, learners kept dying, no CUDA).
+    checkpoint. A training that diverges starts over at half the learning rate, up to
+    MAX_DIVERGENCE_RETRIES times (_train_steadied). Raises InvalidTrainingData (no examples,
+    fewer than two classes), NonFiniteLoss or WeightsOutOfBounds (it diverged at every rate),
+    CheckpointCorrupt (checkpoint files exist, none usable), TrainerError (learners < 0, the
+    workdir's checkpoint is of other data, learners kept dying, no CUDA).
 
     ``device``: "cpu", "cuda" or "auto" (CUDA when available). On CUDA, one SGD learner
     replays its steps as CUDA graphs, 16 a chunk (trainer.ps.graph; ``learners=0`` means this
@@ -475,7 +488,7 @@ def train(
     with _single_threaded():
         for attempt in range(MAX_RESTARTS + 1):
             try:
-                return _train(
+                return _train_steadied(
                     data.grouped() if multi_label else data,
                     workdir=Path(workdir),
                     out_dir=Path(out_dir),
@@ -491,6 +504,46 @@ def train(
                     raise TrainerError(f"training restarted {attempt} times and failed again: {exc}") from exc
                 log.warning("training session abandoned (%s); restarting from the last checkpoint", exc)
     raise AssertionError("unreachable")
+
+
+def _train_steadied(data: TrainingData, *, workdir: Path, hparams: HParams, **kwargs: Any) -> TrainResult:
+    """_train; when it diverges (a non-finite loss, or weights no model loader takes), again from
+    the start at half the learning rate, up to MAX_DIVERGENCE_RETRIES times, then the error.
+
+    The summed binary cross-entropy of a multi-label text grows with its labels, and so does
+    plain SGD's step at the fixed rate: texts of 15 to 20 labels each (of 30 to 100 classes)
+    made the loss infinite within a hundred updates, a job Failed that half the rate trains to
+    a micro-F1 of 0.99 (docs/model.md). Data that trains at the fixed rate never comes here,
+    so its model is unchanged. The halved rate is in the hparams, so the checkpoints of the new
+    start (and the fold models of its cross-fitting) carry it and a resume keeps it; the
+    diverged run's checkpoints are discarded, since resuming from them would resume its rate.
+    """
+    for retry in range(MAX_DIVERGENCE_RETRIES + 1):
+        try:
+            return _train(data, workdir=workdir, hparams=hparams, **kwargs)
+        except (NonFiniteLoss, WeightsOutOfBounds) as exc:
+            if retry == MAX_DIVERGENCE_RETRIES:
+                raise
+            used = _checkpoint_hparams(workdir) or hparams  # a checkpoint's win over the argument
+            hparams = replace(used, learning_rate=used.learning_rate / 2)
+            for _, path in ckpt.list_checkpoints(workdir):
+                path.unlink(missing_ok=True)
+            log.warning(
+                "training diverged (%s); starting over at learning rate %g", exc, hparams.learning_rate
+            )
+    raise AssertionError("unreachable")
+
+
+def _checkpoint_hparams(workdir: Path) -> HParams | None:
+    """The hyper-parameters of the newest usable checkpoint in ``workdir`` (those a resume
+    trains with), or None."""
+    try:
+        saved = ckpt.load_latest(workdir)
+    except CheckpointCorrupt:
+        return None
+    if saved is None or "kind" not in saved[ckpt.OPTIMIZER]:  # none, or one _train starts over from
+        return None
+    return HParams.from_dict(saved[ckpt.HPARAMS])
 
 
 @contextmanager

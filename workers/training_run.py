@@ -11,15 +11,17 @@ cancelled or deleted it) can neither move the pointer nor overwrite what the nex
 resumes from. Once a write is refused, or the heartbeat fails for a whole lease period,
 ``should_stop`` turns true and the trainer checkpoints and stops at its next update.
 
-Failures are sorted by cause: invalid training data fails the job at once (a retry cannot
-cure it); a full disk (ENOSPC, EDQUOT) is no fault of the job: it is requeued to try again
-after the longest back-off, without counting a failed attempt, for as long as the disk stays
-full; any other error (another I/O error, a trainer error, a bug) is a failed attempt — the
-job is requeued with a back-off and is Failed after ``max_attempts``. A database that cannot
-be reached for a while (a restart, a failover) costs nothing while the lease holds: a write
-made while training (progress, the checkpoint pointer) is made again later, and the finish,
-a release or a failure is tried again until it lands or the lease is lost; other database
-errors propagate (the lease then expires and the reconciler requeues the job).
+Failures are sorted by cause: invalid training data fails the job at once (a retry cannot cure
+it), and so does a training that diverged at every learning rate the trainer tried
+(``trainer.engine.MAX_DIVERGENCE_RETRIES``); a full disk (ENOSPC, EDQUOT) is no fault of the
+job: it is requeued to try again after the longest back-off, without counting a failed attempt,
+for as long as the disk stays full; any other error (another I/O error, a trainer error, a bug)
+is a failed attempt — the job is requeued with a back-off and is Failed after ``max_attempts``.
+A database that cannot be reached for a while (a restart, a failover) costs nothing while the
+lease holds: a write made while training (progress, the checkpoint pointer) is made again
+later, and the finish, a release or a failure is tried again until it lands or the lease is
+lost; other database errors propagate (the lease then expires and the reconciler requeues the
+job).
 """
 
 from __future__ import annotations
@@ -210,6 +212,11 @@ class _JobRun:
                 self._stopped(lease, context, stopped)
             except InvalidTrainingData as error:
                 log.info("job %s: invalid training data: %s", self.job_id, error)
+                self._fail(lease, context, _tenant_reason(error))
+            except (NonFiniteLoss, WeightsOutOfBounds) as error:
+                # the trainer has started over at a half, a quarter and an eighth of the rate
+                # already: another attempt would train the same data the same way, three times
+                log.warning("job %s: training diverged at every learning rate: %s", self.job_id, error)
                 self._fail(lease, context, _tenant_reason(error))
             except SQLAlchemyError:
                 raise

@@ -21,7 +21,7 @@ from trainer import engine
 from trainer.bundle import write_bundle
 from trainer.data import LabelledData, MultiLabelData, multilabel_split
 from trainer.engine import train
-from trainer.errors import CheckpointCorrupt, InvalidTrainingData, TrainingStopped
+from trainer.errors import CheckpointCorrupt, InvalidTrainingData, NonFiniteLoss, TrainingStopped
 from trainer.evaluate import (
     DEFAULT_THRESHOLD,
     THRESHOLDS,
@@ -246,6 +246,49 @@ def test_hundreds_of_classes_train_with_the_default_hparams(tmp_path: Path) -> N
     bias = _weights(tmp_path / "m")["output.bias"]
     assert float(bias.max()) < -3  # every class starts near its share, about 1 in 400
     LoadedModel.load(tmp_path / "m")
+
+
+def _many_labels_a_text(classes: int, texts: int, labels: int) -> LabelledData:
+    """Tagging data: each text ``labels`` of ``classes`` tags, each tag signalled by a made-up key
+    word of its own in the text."""
+    rng = random.Random(7)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "ze", "pi", "su", "de", "fa"]
+    keys = ["".join(rng.choice(syllables) for _ in range(3)) + str(c) for c in range(classes)]
+    rows, tags = [], []
+    for i in range(texts):
+        chosen = rng.sample(range(classes), labels)
+        text = " ".join([*(keys[c] for c in chosen), f"doc{i}"])
+        rows += [text] * labels
+        tags += [f"tag{c}" for c in chosen]
+    return LabelledData(rows, tags)
+
+
+def test_texts_of_many_labels_each_train_at_a_lower_rate_instead_of_diverging(tmp_path: Path) -> None:
+    """20 labels a text of 100 classes: at the fixed rate the summed loss's step made the loss
+    infinite at update 40 (the job Failed, "Training diverged", on every attempt); the training
+    starts over at half the rate, which the checkpoints and the saved model carry."""
+    data = _many_labels_a_text(100, 1000, 20)
+
+    result = train(data, workdir=tmp_path / "w", out_dir=tmp_path / "m", multi_label=True)
+
+    assert result.metrics["micro_f1"] >= 0.85  # type: ignore[operator]
+    meta = json.loads((tmp_path / "m" / META_FILE).read_text())
+    assert meta["hparams"]["learning_rate"] == HParams().learning_rate / 2
+    LoadedModel.load(tmp_path / "m")
+
+
+def test_training_that_keeps_diverging_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rates: list[float] = []
+
+    def diverging(data: object, *, hparams: HParams, **kwargs: object) -> None:
+        rates.append(hparams.learning_rate)
+        raise NonFiniteLoss(7, math.inf)
+
+    monkeypatch.setattr(engine, "_train", diverging)
+
+    with pytest.raises(NonFiniteLoss):
+        train(keyword_rows(20), workdir=tmp_path / "w", out_dir=tmp_path / "m", multi_label=True)
+    assert rates == [1.0, 0.5, 0.25, 0.125]
 
 
 def test_the_threshold_is_chosen_on_the_validation_split(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,7 @@ from service.jobs import BackOff, claim_job, requeue_expired
 from service.models import ClassifierStatus, JobEvent, JobState
 from service.settings import Settings
 from service.store import ArtifactStore
-from trainer.errors import TrainerError
+from trainer.errors import NonFiniteLoss, TrainerError
 from trainer.inference import LoadedModel
 from workers import training_run
 from workers.training_run import DISK_FULL, MISSING_DATA, JobInterrupted, run_training_job
@@ -369,6 +370,30 @@ def test_a_full_disk_is_waited_out_without_counting_failed_attempts(
 
     job, classifier = queued.reload(session)
     assert job.state == JobState.SUCCEEDED and classifier.status == ClassifierStatus.AVAILABLE
+
+
+def test_a_training_that_diverged_at_every_rate_fails_at_once(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    worker_settings: Settings,
+    session: Session,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The trainer starts a diverging training over at lower rates itself; the job was then
+    retried twice more, each attempt the same trainings of the same data."""
+    queued = queue_job(intents_csv)
+    attempts: list[int] = []
+
+    def diverged(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(1)
+        raise NonFiniteLoss(40, math.inf)
+
+    monkeypatch.setattr(training_run, "train", diverged)
+    run_training_job(queued.job_id, worker_settings, "host-a:1")
+
+    job, classifier = queued.reload(session)
+    assert (job.state, job.attempts, len(attempts)) == (JobState.FAILED, 1, 1)
+    assert classifier.status_description.startswith("Training diverged (the loss became infinite or NaN)")
 
 
 def test_invalid_training_data_fails_the_job_with_a_reason_the_tenant_can_read(

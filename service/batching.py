@@ -88,9 +88,8 @@ class InferenceBatcher:
         """Each call's scores from one classify of their (common) model over all their texts."""
         texts = [text for call in calls for text in call.texts]
         try:
-            model = calls[0].model
-            # a multi-label model's predicted labels are decided on all its classes
-            scores = model.classify(texts, top=None if model.multi_label else self.top)
+            # a multi-label model's list holds every label it predicts, even beyond ``top``
+            scores = calls[0].model.classify(texts, top=self.top)
         except Exception as exc:  # the callers re-raise it, as if they had called the model
             return [(call, exc) for call in calls]
         outcomes: list[_Outcome] = []

@@ -351,8 +351,17 @@ class LoadedModel:
         descending, ties in label order (summing to 1 unless the model is multi-label).
 
         ``top`` is what a classify reply shows: sorting and listing all of 3,000 classes was
-        twenty times the inference of 30 texts (79 ms of a collection call's 82)."""
+        twenty times the inference of 30 texts (79 ms of a collection call's 82). A multi-label
+        model lists more than ``top`` for a text with more classes at or above its threshold,
+        so that :meth:`labels_of` finds every label it predicts (the batcher ranked all 3,000
+        classes of such a model for that: 32 ms for 30 texts against 10 ms)."""
         probabilities = self.probabilities(texts)
+        if top is not None and top < probabilities.shape[1] and self.threshold is not None:
+            chosen = np.count_nonzero(probabilities >= self.threshold, axis=1)
+            return [
+                [(self.labels[i], float(row[i])) for i in _ranked(row, max(top, int(above))).tolist()]
+                for row, above in zip(probabilities, chosen, strict=True)
+            ]
         if top is None or top >= probabilities.shape[1]:  # one sort of every row (the hot path)
             orders = np.argsort(-probabilities, axis=1, kind="stable")
         else:

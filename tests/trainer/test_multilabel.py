@@ -438,6 +438,20 @@ def test_a_loaded_model_scores_each_class_independently_and_applies_its_threshol
         assert labels == [label for label, c in scores if c >= model.threshold] or labels == [scores[0][0]]
 
 
+def test_the_top_classes_of_a_multi_label_model_hold_every_label_it_predicts(model_dir: Path) -> None:
+    """The batcher asked for every class of a multi-label model to decide its labels; with
+    ``top`` each text lists its ``top`` classes, or more if more pass the threshold."""
+    model = LoadedModel.load(model_dir)
+    whole = model.classify(TEXTS)
+
+    for top in (1, 2):
+        ranked = model.classify(TEXTS, top=top)
+        for scores, every in zip(ranked, whole, strict=True):
+            assert scores == every[: max(top, len(scores))]
+            assert model.labels_of(scores) == model.labels_of(every)
+            assert len(scores) == max(top, sum(c >= model.threshold for _, c in every))  # type: ignore[operator]
+
+
 def test_a_bundle_round_trip_gives_identical_confidences(model_dir: Path, tmp_path: Path) -> None:
     bundle = tmp_path / "model.taas"
     with bundle.open("wb") as out:

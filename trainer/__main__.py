@@ -85,7 +85,7 @@ def _fit(args: argparse.Namespace) -> int:
     except TrainingStopped as exc:
         sys.stderr.write(f"\n{exc}; run the same command again to resume\n")
         return 130
-    except TrainerError as exc:
+    except (TrainerError, OSError) as exc:  # OSError: a CSV not there, an out folder not writable
         sys.stderr.write(f"\nerror: {exc}\n")
         return 1
     sys.stderr.write("\n")
@@ -114,7 +114,7 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         model = LoadedModel.load(Path(args.model_dir))
         data = read_labelled_csv(Path(args.test_csv))
-    except TrainerError as exc:
+    except (TrainerError, OSError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
     print(json.dumps(_multilabel_scores(model, data) if model.multi_label else _scores(model, data)))

@@ -12,6 +12,7 @@ import torch
 from synthetic import synthetic_data, write_csv
 
 from trainer import checkpoint as ckpt
+from trainer.data import read_labelled_csv
 from trainer.engine import train
 from trainer.hparams import HParams
 from trainer.inference import WEIGHTS_FILE
@@ -58,6 +59,24 @@ def test_fit_reports_invalid_data_with_its_row(tmp_path: Path) -> None:
     )
     assert fit.returncode == 1
     assert "row 3" in fit.stderr
+
+
+@pytest.mark.parametrize("command", ["fit", "eval"])
+def test_a_file_that_is_not_there_is_one_error_line(tmp_path: Path, command: str) -> None:
+    """A traceback of FileNotFoundError, before."""
+    missing = str(tmp_path / "missing.csv")
+    args = [missing, "--out", str(tmp_path / "m")]
+    if command == "eval":
+        rows = read_labelled_csv(write_csv(tmp_path / "train.csv", synthetic_data(5, seed=1)))
+        hparams = HParams(min_updates=20, max_epochs=1, cross_fit_folds=0)
+        train(rows, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=hparams)
+        args = [str(tmp_path / "m"), missing]
+    ran = subprocess.run(
+        [sys.executable, "-m", "trainer", command, *args], capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 1
+    assert ran.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in ran.stderr
+    assert "missing.csv" in ran.stderr
 
 
 _CHILD = """

@@ -43,6 +43,7 @@ def jobs(
     since: str | None = None,
     until: str | None = None,
     page: int = Query(1, ge=1, le=2_147_483_647),
+    choices: bool = Query(False, description="Also list the tenants and states to filter by."),
 ) -> dict[str, Any]:
     if tenant and not tenancy.well_formed_id(tenant):  # checked before SQL sees it (a NUL fails there)
         raise BadRequest("tenant", "is not a tenant id")
@@ -51,7 +52,7 @@ def jobs(
     where = views.JobFilter(
         tenant or None, state or None, _moment("since", since), _moment("until", until), page
     )
-    return views.job_list(session, where)
+    return views.job_list(session, where, with_choices=choices)
 
 
 @router.get("/jobs/{job_id}")

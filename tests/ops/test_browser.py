@@ -105,10 +105,20 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
     assert not blocked, f"the dashboard's own CSP blocked: {blocked}"
     # and the platform's /metrics carry the real training's series
     _assert_training_metrics(base, job_id=page.url.rsplit("/", 1)[-1])
+    # and the jobs page lists it, filtered by its tenant (the filter's choices come once)
+    page.goto(f"{base}/ops/jobs")
+    page.wait_for_selector("#filters select[name=tenant] option:nth-child(2)", state="attached")
+    page.select_option("#filters select[name=tenant]", index=1)
+    page.click("#filters button[type=submit]")
+    page.wait_for_selector("#pageinfo:text('page 1 of 1 · 1 jobs')")
+    assert page.locator("#jobs a:text('browser-intents')").count() == 1
     # and the operator deletes the tenant on the tenants page, typing its name to confirm
     page.goto(f"{base}/ops/tenants")
     page.wait_for_selector("#pageinfo:text('page 1 of 1 · 1 tenants')")
     name = page.inner_text("#tenants section.card h2")
+    page.once("dialog", lambda dialog: dialog.accept(name + "x"))  # mistyped: said so, nothing deleted
+    page.click("#tenants button:text('Delete tenant')")
+    page.wait_for_selector("#issued:has-text('nothing was deleted')")
     page.fill("#filters input[name=name]", "no such tenant")
     page.click("#filters button[type=submit]")
     page.wait_for_selector("#tenants p:text('No tenant matches.')")

@@ -51,7 +51,7 @@ def test_overview_counts_queued_jobs_and_lists_them_in_the_job_list(
     monkeypatch.setattr(views, "PAGE_SIZE", 2)
     # when
     overview = ops_client.get("/ops/api/overview").json()
-    mine = ops_client.get("/ops/api/jobs", params={"tenant": first.id}).json()
+    mine = ops_client.get("/ops/api/jobs", params={"tenant": first.id, "choices": "true"}).json()
     queued = ops_client.get("/ops/api/jobs", params={"tenant": first.id, "state": "queued", "page": 2}).json()
     none = ops_client.get(
         "/ops/api/jobs", params={"tenant": first.id, "since": "2999-01-01T00:00:00Z"}
@@ -64,6 +64,9 @@ def test_overview_counts_queued_jobs_and_lists_them_in_the_job_list(
     }
     assert (queued["page"], queued["jobs"]) == (2, [])
     assert none["total"] == 0
+    # the filters' choices come when asked (the page's first poll), not in every poll
+    assert {first.id, second.id} <= {t["tenant_id"] for t in mine["tenants"]} and "queued" in mine["states"]
+    assert "tenants" not in queued and "states" not in queued
 
 
 @pytest.mark.parametrize(
@@ -121,6 +124,20 @@ def test_tenants_show_usage_classifiers_and_keys_without_secrets(
     assert listed["usage"]["classifiers"] == 1 and listed["quotas"]["classifiers"] > 0
     assert [c["name"] for c in listed["classifiers"]] == ["mine"]
     assert tenant.api_key not in str(listed) and listed["keys"][0]["prefix"]
+
+
+def test_a_tenants_card_lists_its_newest_classifiers_and_counts_them_all(
+    ops_client: TestClient, tenant: TenantHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every classifier of each tenant shown: one tenant of 10,000 made a page of 3.5 MB."""
+    monkeypatch.setattr(views, "CLASSIFIERS_PER_TENANT", 2)
+    for name in ("first", "second", "third"):
+        _create(ops_client, tenant, name)
+
+    listed = _listed(ops_client, tenant)
+
+    assert listed["usage"]["classifiers"] == 3
+    assert [c["name"] for c in listed["classifiers"]] == ["third", "second"]
 
 
 def test_the_tenant_list_asks_the_same_queries_for_any_number_of_tenants(

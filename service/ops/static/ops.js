@@ -110,13 +110,14 @@ const pages = {
     let page = 1, pages = 1, filled = false, filters = new FormData(form);  // as last submitted
     const query = () => {
       const q = new URLSearchParams({ page });
+      if (!filled) q.set("choices", "true");  // the tenants and states to filter by: once
       for (const [k, v] of filters) {
         if (v) q.set(k, k === "since" || k === "until" ? new Date(v).toISOString() : v);
       }
       return "/jobs?" + q;
     };
     const refresh = poll(query, (data) => {
-      if (!filled) {
+      if (!filled && data.tenants) {
         filled = true;
         form.tenant.append(...data.tenants.map((t) => el("option", { value: t.tenant_id }, t.name)));
         form.state.append(...data.states.map((s) => el("option", { value: s }, s)));
@@ -211,12 +212,21 @@ const pages = {
           el("p", {}, el("button", { type: "button", onclick: () => act(base, { revoke_others: false }, `New key for ${t.name}`) }, "New key"),
             " ", el("button", { type: "button", class: "danger", onclick: () => confirm(`Rotate: new key, revoke every other key of ${t.name}?`) &&
               act(base, { revoke_others: true }, `Rotated key of ${t.name}`) }, "Rotate (revoke others)"),
-            " ", el("button", { type: "button", class: "danger", onclick: () =>
-              prompt(`Delete ${t.name} with every key, classifier, dataset and file? This cannot be undone. Type the tenant's name to confirm.`) === t.name &&
+            " ", el("button", { type: "button", class: "danger", onclick: () => {
+              const typed = prompt(`Delete ${t.name} with every key, classifier, dataset and file? This cannot be undone. Type the tenant's name to confirm.`);
+              if (typed === null) return;  // cancelled
+              if (typed !== t.name) {  // said so: a mistyped name did nothing, silently
+                issued.textContent = `The name typed is not ${t.name}'s; nothing was deleted.`;
+                issued.hidden = false;
+                return;
+              }
               act(`/tenants/${encodeURIComponent(t.tenant_id)}/delete`, {},
-                (r) => `Deleted ${t.name}: ${r.classifiers} classifiers, ${r.datasets} datasets`) }, "Delete tenant")),
-          el("details", {}, el("summary", {}, `${t.classifiers.length} classifiers`),
-            el("ul", {}, ...t.classifiers.map((c) => el("li", {}, `${c.name} — ${c.status}`)))));
+                (r) => `Deleted ${t.name}: ${r.classifiers} classifiers, ${r.datasets} datasets`);
+            } }, "Delete tenant")),
+          el("details", {}, el("summary", {}, `${t.usage.classifiers} classifiers`),
+            el("ul", {}, ...t.classifiers.map((c) => el("li", {}, `${c.name} — ${c.status}`)),
+              ...(t.usage.classifiers > t.classifiers.length
+                ? [el("li", { class: "muted" }, `and ${t.usage.classifiers - t.classifiers.length} older`)] : []))));
       }));
     }, null);
     form.addEventListener("submit", (e) => { e.preventDefault(); name = form.name.value; page = 1; refresh(); });

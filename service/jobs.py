@@ -632,6 +632,15 @@ def eta_seconds(job: TrainingJob) -> float | None:
     return (job.progress or {}).get("eta_seconds")
 
 
+def shown_phase(job: TrainingJob) -> str:
+    """The phase its last progress report named while the job trains; its state otherwise (a
+    job released to the queue, cancelled or ended keeps its last report: a queued job showed
+    "training", a cancelled one "45% · training")."""
+    if job.state != JobState.TRAINING.value:
+        return job.state
+    return str((job.progress or {}).get("phase") or job.state)
+
+
 def version_job(session: Session, classifier_id: str, number: int) -> TrainingJob | None:
     """The newest job of version ``number`` of the classifier (its progress, its callback URL)."""
     return session.scalars(

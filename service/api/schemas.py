@@ -172,7 +172,7 @@ def _progress(job: TrainingJob | None) -> dict[str, Any] | None:
         return None
     reported = job.progress or {}
     progress: dict[str, Any] = {name: reported.get(name) for name in PROGRESS_FIELDS}
-    progress["phase"] = reported.get("phase") or job.state
+    progress["phase"] = jobs.shown_phase(job)
     progress["eta_seconds"] = jobs.eta_seconds(job)
     progress["state"] = job.state
     progress["attempts"] = job.attempts

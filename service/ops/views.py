@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from service import observe, quotas, tenancy
 from service.errors import NotFound
 from service.history import HISTORY_KEY
-from service.jobs import eta_seconds
+from service.jobs import eta_seconds, shown_phase
 from service.models import Classifier, ClassifierVersion, JobEvent, JobState, Tenant, TrainingJob
 from service.settings import Settings
 from service.worker_registry import WorkerRegistry
@@ -214,7 +214,7 @@ def _job_row(job: TrainingJob, names: dict[str, str]) -> dict[str, Any]:
         "tenant_id": job.tenant_id,
         "tenant": names.get(job.tenant_id, ""),
         "state": job.state,
-        "phase": progress.get("phase") or job.state,
+        "phase": shown_phase(job),
         "epoch": progress.get("epoch"),
         "step": step,
         "total_steps": total,

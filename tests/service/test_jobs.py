@@ -142,6 +142,20 @@ def test_a_deliberately_stale_epoch_cannot_write_even_while_the_job_trains(
     assert (job.state, job.checkpoint_path, job.checkpoint_step) == (JobState.TRAINING, "x/ckpt.pt", 5)
 
 
+def test_the_phase_shown_is_the_reported_one_only_while_the_job_trains(session: Session, job_id: str) -> None:
+    """A job released to the queue kept its last report and showed "training" while it waited."""
+    lease = jobs.claim_job(session, job_id, "w1", now=T0, lease=LEASE)
+    assert lease is not None
+    assert jobs.record_progress(session, lease, {"phase": "evaluating", "step": 40}, now=T0)
+    assert jobs.shown_phase(_job(session, job_id)) == "evaluating"
+
+    assert jobs.release_job(session, lease, now=T0)
+
+    assert jobs.shown_phase(_job(session, job_id)) == "queued"
+    assert jobs.cancel_job(session, _job(session, job_id).classifier_id, now=T0)
+    assert jobs.shown_phase(_job(session, job_id)) == "cancelled"
+
+
 def test_renew_extends_the_lease(session: Session, job_id: str) -> None:
     lease = jobs.claim_job(session, job_id, "w1", now=T0, lease=LEASE)
     assert lease is not None

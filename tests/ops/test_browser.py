@@ -115,6 +115,7 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
     # and the operator deletes the tenant on the tenants page, typing its name to confirm
     page.goto(f"{base}/ops/tenants")
     page.wait_for_selector("#pageinfo:text('page 1 of 1 · 1 tenants')")
+    assert page.inner_text("#live").startswith("as of ")  # it does not poll: not "live"
     name = page.inner_text("#tenants section.card h2")
     page.once("dialog", lambda dialog: dialog.accept(name + "x"))  # mistyped: said so, nothing deleted
     page.click("#tenants button:text('Delete tenant')")

@@ -34,7 +34,8 @@ function poll(path, render, every = POLL_MS) {
       // its reply is the one to show (this one rendered the old page over the new one)
       if (mine !== sent) return;
       render(data);
-      live.textContent = "live · " + new Date().toLocaleTimeString();
+      // a page that does not poll (tenants) says when it was read, not that it is live
+      live.textContent = (every ? "live · " : "as of ") + new Date().toLocaleTimeString();
       live.classList.remove("stale");
     } catch (error) {
       if (mine !== sent) return;

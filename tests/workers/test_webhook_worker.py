@@ -184,9 +184,11 @@ def test_an_event_whose_message_was_lost_with_redis_is_sent_by_the_sweep(
             message=f"the event re-sent; the worker's log: {tmp_path / 'webhooks.log'}",
         )
 
+        # the worker records the delivery once the receiver has answered: after this wait
+        wait_until(lambda: _pending(session) == 0, timeout=30, interval=0.2, message="the delivery recorded")
+
     [got] = receiver.accepted()
     assert got.event["classifier_id"] == classifier_id and got.event["status"] == "Training"
-    assert _pending(session) == 0
 
 
 def test_a_tenant_whose_receiver_hangs_does_not_hold_up_another_tenants_events(

@@ -74,4 +74,6 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
+    # each character on its own, as PostgreSQL's: Python's lower() makes a capital sigma at a
+    # word's end 'ς' and elsewhere 'σ', and the search 'ΟΔΟΣ' did not find the tenant 'ΟΔΟΣΑ'
+    return value.replace("Σ", "σ").lower() if isinstance(value, str) else value

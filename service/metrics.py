@@ -7,9 +7,10 @@ Two kinds, so that a request never pays for the database:
   ``taas_http_request_duration_seconds`` and, for the classify routes,
   ``taas_classify_latency_seconds``;
 * **at scrape time** (:class:`_PlatformCollector`): queue depth, jobs by state, and for jobs
-  training now or ended within the last hour their samples/s, parameter-server counters and
-  staleness histogram, and each worker's last sign of life (``service.observe``), read from
-  the database in three queries per scrape; and the live workers of the registry in Redis
+  training now or ended within the last 5 minutes (``SERIES_AFTER_END``) their samples/s,
+  parameter-server counters and staleness histogram (their progress read only when their row
+  changed: ``observe.ProgressDigests``), and each worker's last sign of life within the hour
+  (``service.observe``), read from the database; and the live workers of the registry in Redis
   (``service.worker_registry``): how many, and each one's seconds since its last heartbeat.
 
 Each app has its own registry (tests build many apps). With several API replicas every replica
@@ -190,12 +191,13 @@ class _PlatformCollector(Collector):
 def _training_series(digests: dict[str, observe.JobDigest]) -> Iterator[Metric]:
     rate = GaugeMetricFamily(
         "taas_training_samples_per_second",
-        "Training examples per second last reported by each job training now or within the hour.",
+        "Training examples per second last reported by each job training now or within the last 5 minutes.",
         labels=["job_id"],
     )
     updates = CounterMetricFamily(
         "taas_ps_updates",
-        "Parameter-server gradient updates of each recent job (pushed, applied).",
+        "Parameter-server gradient updates of each job training now or within the last 5 minutes "
+        "(pushed, applied).",
         labels=["job_id", "kind"],
     )
     staleness = CounterMetricFamily(

@@ -104,7 +104,8 @@ def lookup(session: Session, digest: str, classifier_id: str) -> ServingLookup |
 class ModelCache:
     """LRU of :class:`trainer.LoadedModel`, keyed by (tenant, classifier, model dir), within a
     byte budget that no tenant can take from the others: over budget, the least recently used
-    model of a tenant holding more than an equal share goes first (:meth:`_evict_over_budget`).
+    model of a tenant holding more than an equal share in several models goes first
+    (:meth:`_evict_over_budget`).
 
     Models load lazily, on the first classify, on a loader pool of their own: a slow load
     never blocks the event loop, hits on other models, or the threads that run inference, and
@@ -199,22 +200,29 @@ class ModelCache:
     def _evict_over_budget(self, keep: _Key) -> None:
         """Drop models, least recently used first, until the rest fit the budget, taking them
         from the tenants that hold more than an equal share (the budget over the tenants with
-        a model here) while there are such, and never ``keep`` (the model just loaded, kept
-        even if it alone exceeds the budget). Plain LRU let one tenant cycling through its
-        large models evict every other tenant's, whose next classify then paid a cold load."""
+        a model here) in more than one model while there are such, and never ``keep`` (the
+        model just loaded, kept even if it alone exceeds the budget). Plain LRU let one tenant
+        cycling through its large models evict every other tenant's, whose next classify then
+        paid a cold load. A tenant's one model larger than a share is left to plain LRU:
+        evicting it gave no other tenant anything it needed (a tenant serving one model of 60%
+        of the budget lost it at every load of another tenant cycling small ones, which left
+        the cache half empty)."""
         held: Counter[str] = Counter()
+        models: Counter[str] = Counter()
         for (tenant_id, _, _), model in self._models.items():
             held[tenant_id] += model.nbytes
+            models[tenant_id] += 1
         total = held.total()
         while total > self.budget_bytes and len(self._models) > 1:
-            share = self.budget_bytes / len(held)
+            share = self.budget_bytes / len(models)
             others = [key for key in self._models if key != keep]  # least recently used first
-            victim = next((key for key in others if held[key[0]] > share), others[0])
+            victim = next((key for key in others if held[key[0]] > share and models[key[0]] > 1), others[0])
             dropped = self._models.pop(victim).nbytes
             total -= dropped
             held[victim[0]] -= dropped
-            if held[victim[0]] <= 0:  # its last model: every model holds some bytes
-                del held[victim[0]]
+            models[victim[0]] -= 1
+            if not models[victim[0]]:  # its last model
+                del held[victim[0]], models[victim[0]]
 
 
 UNIT_CHARS = 512  # characters of text (NFKC) that one unit of classify_rps covers

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import func, select, update
+from sqlalchemy import String, func, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -154,12 +154,20 @@ def find_tenants(session: Session, *, name: str = "", page: int = 1, per_page: i
     """Page ``page`` (from 1) of the tenants, oldest first, ``per_page`` a page; only those whose
     name contains ``name`` in any case (``%`` and ``_`` taken literally) when it is given.
     BadRequest for a NUL in ``name``: PostgreSQL refused it (a 500), SQLite cut the pattern there
-    (every tenant matched)."""
+    (every tenant matched).
+
+    ``name`` is NFC-normalised as a stored name is (tenant_name), and both sides are folded by
+    the database's own lower(): Python's folded the search ('İ' to 'i̇', a final 'Σ' to 'ς')
+    unlike PostgreSQL's folded the names, and a tenant's exact name did not find it there."""
     if "\x00" in name:
         raise BadRequest("name", "must not contain a NUL character")
     query = select(Tenant)
     if name:
-        query = query.where(func.lower(Tenant.name).contains(name.lower(), autoescape=True))
+        escaped = unicodedata.normalize("NFC", name)
+        for special in ("/", "%", "_"):  # '/' first: the escape character escapes itself
+            escaped = escaped.replace(special, "/" + special)
+        pattern = func.lower(literal(f"%{escaped}%", type_=String))
+        query = query.where(func.lower(Tenant.name).like(pattern, escape="/"))
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     ordered = query.order_by(Tenant.created_at, Tenant.id)
     shown = session.scalars(ordered.offset((page - 1) * per_page).limit(per_page)).all()

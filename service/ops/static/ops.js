@@ -124,7 +124,7 @@ const pages = {
         form.state.append(...data.states.map((s) => el("option", { value: s }, s)));
       }
       pages = data.pages;
-      if (data.page > pages && data.total) { page = pages; return refresh(); }  // fewer pages now
+      if (data.page > pages) { page = pages; return refresh(); }  // fewer pages now (or none: page 1)
       page = data.page;
       rows("jobs", data.jobs, (j) => [jobLink(j), j.tenant, j.state, progressBar(j), `${j.attempts} (${j.failures} failed)`,
         when(j.created)], "No job matches.");
@@ -192,7 +192,7 @@ const pages = {
     };
     const refresh = poll(() => "/tenants?" + new URLSearchParams({ page, name }), (data) => {
       pages = data.pages;
-      if (data.page > pages && data.total) { page = pages; return refresh(); }  // fewer pages now
+      if (data.page > pages) { page = pages; return refresh(); }  // fewer pages now (or none: page 1)
       page = data.page;
       document.getElementById("pageinfo").textContent = `page ${page} of ${pages} · ${data.total} tenants`;
       if (!data.tenants.length) {

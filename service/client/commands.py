@@ -409,6 +409,9 @@ def list_tenants(
         found = api.all_tenants(name)
     if as_json:
         return _print_json(found)
+    if not found:  # an empty output read as a command that did nothing
+        empty = f"no tenant's name contains {name!r}" if name else "no tenants"
+        out.print(empty, markup=False, highlight=False)
     # a block per tenant, not a table: two 36-character ids a row did not fit 80 columns, and
     # a table cut the key ids that `taas tenants revoke` takes
     for t in found:

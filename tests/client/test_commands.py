@@ -45,6 +45,7 @@ def test_admin_and_tenant_work_through_the_client(
     listed = _json(taas("tenants", "list", "--json"))
     assert [t["name"] for t in listed] == ["cli-acme", "cli-other"]  # type: ignore[union-attr, index]
     assert [t["name"] for t in _json(taas("tenants", "list", "--name", "CLI-AC", "--json"))] == ["cli-acme"]  # type: ignore[union-attr, index]
+    assert taas("tenants", "list", "--name", "nobody").stdout == "no tenant's name contains 'nobody'\n"
     # the plain listing shows whole ids (`taas tenants revoke` takes them), however narrow
     key_id = next(t for t in listed if t["name"] == "cli-acme")["keys"][0]["key_id"]  # type: ignore[union-attr, index]
     plain = taas("tenants", "list").stdout

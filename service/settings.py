@@ -84,7 +84,10 @@ class Settings(BaseSettings):
     min_classes: int = Field(2, ge=2, description="Fewest distinct classes in a training set.")
     max_classes: int = Field(3_000, gt=1, description="Most distinct classes in a training set.")
     max_name_chars: int = Field(
-        256, gt=0, le=256, description="Longest classifier or dataset name (at most 256, the column's width)."
+        256,
+        gt=0,
+        le=256,
+        description="Longest classifier, dataset or tenant name (at most 256, the column's width).",
     )
     max_collection: int = Field(30, gt=0, description="Most texts in one classify_collection call.")
     max_class_chars: int = Field(1024, gt=0, description="Longest class name in a training set.")

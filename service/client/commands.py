@@ -2,7 +2,8 @@
 manage classifiers and their versions and, with the admin key, tenants.
 
 Every command prints a readable table or line, or with ``--json`` the server's JSON reply for
-scripts; any failure is one line on stderr (``error: ...``) and exit status 1.
+scripts (classify and the listings: a JSON list of their results or items); any failure is one
+line on stderr (``error: ...``) and exit status 1.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the server's JSON reply (for scripts).")
+# classify and the listings print a list the client builds: classify's has one result per text
+# (online or offline, where there is no server), a listing's every item (docs/cli.md)
+JSON_LIST_OPTION = typer.Option(False, "--json", help="Print a JSON list instead of a table (for scripts).")
 POLL_SECONDS = 1.0
 ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # end states (classifier, version), exit codes
 SNIFF_BYTES = 64 * 1024  # what _is_labelled reads of a training file
@@ -128,7 +132,7 @@ def upload_dataset(
 
 @datasets.command("list")
 @_one_line_errors
-def list_datasets(as_json: bool = JSON_OPTION) -> None:
+def list_datasets(as_json: bool = JSON_LIST_OPTION) -> None:
     """Your stored datasets (the data of an NLC create is its classifier's, not listed)."""
     with _api() as api:
         found = api.call("GET", "/v1/datasets")["datasets"]
@@ -184,7 +188,7 @@ def train(
 def classify(
     classifier_id: str = typer.Argument(..., metavar="ID|BUNDLE", help="A classifier id, or a bundle file."),
     texts: list[str] = typer.Argument(..., metavar="TEXT...", help="One or more texts."),
-    as_json: bool = JSON_OPTION,
+    as_json: bool = JSON_LIST_OPTION,
 ) -> None:
     """Classify each TEXT with the classifier ID, or offline with a model bundle file (a path
     instead of an ID: see GET /v1/classifiers/{id}/bundle)."""
@@ -228,7 +232,7 @@ def _classify_online(classifier_id: str, texts: list[str]) -> list[dict[str, Any
 
 @classifiers.command("list")
 @_one_line_errors
-def list_classifiers(as_json: bool = JSON_OPTION) -> None:
+def list_classifiers(as_json: bool = JSON_LIST_OPTION) -> None:
     """Your classifiers, with their status."""
     with _api() as api:
         listed = api.call("GET", "/v1/classifiers")["classifiers"]
@@ -402,7 +406,7 @@ def create_tenant(name: str, as_json: bool = JSON_OPTION) -> None:
 @_one_line_errors
 def list_tenants(
     name: str = typer.Option("", "--name", help="Only tenants whose name contains this, in any case."),
-    as_json: bool = JSON_OPTION,
+    as_json: bool = JSON_LIST_OPTION,
 ) -> None:
     """Every tenant with its keys (prefixes only), oldest first."""
     with _api() as api:

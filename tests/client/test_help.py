@@ -40,3 +40,17 @@ def test_help_shows_every_parameters_text_whole(path: tuple[str, ...], command: 
 
 def test_the_walk_sees_the_nested_commands() -> None:
     assert ("datasets", "upload") in [path for path, _ in _ALL]
+
+
+# The commands whose --json prints a list the client builds (docs/cli.md), not a server reply:
+# classify (one result per text, online or offline, where there is no server) and the listings.
+_LISTS = [("classify",), ("classifiers", "list"), ("datasets", "list"), ("tenants", "list")]
+
+
+@pytest.mark.parametrize("path", _LISTS, ids=[" ".join(path) for path in _LISTS])
+def test_json_help_of_a_listing_says_it_prints_a_list_not_the_servers_reply(path: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(cli, [*path, "--help"], env={"COLUMNS": "400"})
+
+    assert result.exit_code == 0, result.output
+    assert "server's JSON reply" not in result.output
+    assert "JSON list" in result.output

@@ -135,6 +135,18 @@ class QuotaExceeded(Forbidden):
         self.quota, self.limit, self.usage, self.adding = quota, limit, usage, adding
 
 
+class QuotaIsZero(QuotaExceeded):
+    """A rate quota set to 0: the tenant may make no such call at all ("the limit is 0, the
+    tenant has 0 and this request adds 1" read as a count, not a rate)."""
+
+    def __init__(self, quota: str) -> None:
+        Forbidden.__init__(
+            self,
+            f"quota '{quota}' is 0 for this tenant: no such call is allowed until an administrator raises it",
+        )
+        self.quota, self.limit, self.usage, self.adding = quota, 0, 0, 1
+
+
 class Throttled(TaasError):
     """Refused for a while; retry after ``retry_after`` seconds (whole, at least 1)."""
 
@@ -150,8 +162,8 @@ class RateLimited(Throttled):
 
     def __init__(self, quota: str, limit: int, retry_after: int) -> None:
         super().__init__(
-            f"rate limit '{quota}' exceeded: the limit is {limit} texts per second (a text of"
-            f" over 512 characters counts one per 512); retry after {retry_after} s",
+            f"rate limit '{quota}' exceeded: the limit is {limit} text{'' if limit == 1 else 's'} per"
+            f" second (a text of over 512 characters counts one per 512); retry after {retry_after} s",
             retry_after,
         )
         self.quota, self.limit = quota, limit

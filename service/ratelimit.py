@@ -31,7 +31,7 @@ import time
 
 import redis
 
-from service.errors import QuotaExceeded, RateLimited
+from service.errors import QuotaIsZero, RateLimited
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class RateLimiter:
         units a second).
 
         Raises RateLimited (429, with the whole seconds to wait) when over the rate, and
-        QuotaExceeded when the rate is 0 (the tenant may not make such calls at all).
+        QuotaIsZero (a QuotaExceeded) when the rate is 0 (the tenant may not make such calls at all).
         """
         if self.acquire_nowait(quota, tenant_id, per_second, units):
             return
@@ -118,9 +118,9 @@ class RateLimiter:
     def acquire_nowait(self, quota: str, tenant_id: str, per_second: int, units: int = 1) -> bool:
         """Record a call costing ``units`` if that needs no Redis round trip (this replica holds
         a lease with as many units left, or the limiter is off); False if it does: then call
-        :meth:`acquire`, on a worker thread. Raises QuotaExceeded when the rate is 0."""
+        :meth:`acquire`, on a worker thread. Raises QuotaIsZero when the rate is 0."""
         if per_second <= 0:
-            raise QuotaExceeded(quota, 0, 0)
+            raise QuotaIsZero(quota)
         if self._script is None or time.monotonic() < self._skip_until:
             return True
         return self._spend_leased((_bucket(quota, tenant_id), per_second), units)

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, field_validator
+from pydantic import Field, StringConstraints, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 TRAINER_MAX_TEXT_CHARS = 4096  # trainer.data.MAX_TEXT_CHARS (importing it here would load torch)
@@ -266,6 +266,15 @@ class Settings(BaseSettings):
         if problem:
             raise ValueError(problem)
         return key
+
+    @field_validator("max_classes")
+    @classmethod
+    def _max_classes_at_least_min(cls, most: int, info: ValidationInfo) -> int:
+        """A maximum under the minimum started a platform that refused every training."""
+        fewest = info.data.get("min_classes")
+        if fewest is not None and most < fewest:
+            raise ValueError(f"must be at least TAAS_MIN_CLASSES ({fewest})")
+        return most
 
     def resolved_database_url(self) -> str:
         """The database URL in force: the setting, or SQLite in the data dir."""

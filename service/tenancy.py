@@ -68,8 +68,10 @@ def presented_key(authorization: str | None, x_api_key: str | None) -> str | Non
     if not authorization:
         return None
     scheme, _, value = authorization.strip().partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
+    if scheme.lower() == "bearer":
+        if value.strip():
+            return value.strip()
+        raise Unauthorized("no API key after 'Bearer'")  # was "unsupported Authorization scheme"
     if scheme.lower() == "basic":
         try:
             user, sep, password = (

@@ -39,6 +39,30 @@ def test_missing_or_unknown_key_is_401_with_challenge(client: TestClient, header
     assert reply.json()["code"] == 401 and reply.json()["error"] == "Unauthorized"
 
 
+@pytest.mark.parametrize(
+    ("authorization", "description"),
+    [
+        ("Bearer", "no API key after 'Bearer'"),  # was "unsupported Authorization scheme"
+        ("Bearer   ", "no API key after 'Bearer'"),
+        ("Token abc", "unsupported Authorization scheme: use Bearer, Basic (apikey:KEY) or X-API-Key"),
+    ],
+)
+def test_a_malformed_authorization_header_is_named(
+    client: TestClient, authorization: str, description: str
+) -> None:
+    reply = client.get("/v1/classifiers", headers={"Authorization": authorization})
+
+    assert reply.status_code == 401 and reply.json()["description"] == description
+
+
+def test_a_maximum_class_count_under_the_minimum_is_refused(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    """TAAS_MIN_CLASSES=10 TAAS_MAX_CLASSES=5 started a platform that refused every training."""
+    with pytest.raises(ValueError, match="must be at least TAAS_MIN_CLASSES"):
+        settings_factory(min_classes=10, max_classes=5)
+
+
 def test_revoked_key_fails_at_once(client: TestClient, tenant: Any, admin_headers: dict[str, str]) -> None:
     [key] = [
         k

@@ -490,7 +490,8 @@ def _require_migrated(settings: Settings) -> None:
     head = ScriptDirectory.from_config(_alembic(settings)).get_current_head()
     url = make_url(settings.resolved_database_url())
     if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).exists():
-        _fail(f"the database schema is at nothing ({url.database} does not exist): run `taas migrate` first")
+        missing = f"{url.database} does not exist"
+        _fail(f"the database schema is at nothing ({missing}), not {head}: run `taas migrate` first")
     engine = create_engine(url)
     try:
         with engine.connect() as connection:

@@ -87,6 +87,7 @@ def test_the_api_refuses_a_database_that_was_never_migrated(tmp_path: Path) -> N
         result.stderr.startswith("error: the database schema is at nothing")
         and "taas migrate" in result.stderr
     )
+    assert ", not 00" in result.stderr  # the newest revision, as for an old schema (running.md)
     assert not (tmp_path / "var" / "taas.db").exists()  # refused without leaving an empty database
 
 

@@ -71,6 +71,27 @@ def record(
             created_at=now,
         )
     )
+    _forget_unlisted(session, classifier_id)
+
+
+def _forget_unlisted(session: Session, classifier_id: str) -> None:
+    """Drop the classifier's events that no listing shows any more (older than its newest
+    :data:`LISTED_EVENTS`) and that need no more delivery: each retrain added a few, and a
+    long-lived classifier kept them all for ever, unreadable. Those still pending stay until
+    delivered or given up (the next change drops them then)."""
+    listed = (
+        select(StatusEvent.id)
+        .where(StatusEvent.classifier_id == classifier_id)
+        .order_by(StatusEvent.created_at.desc(), StatusEvent.id)
+        .limit(LISTED_EVENTS)
+    )
+    session.execute(
+        delete(StatusEvent).where(
+            StatusEvent.classifier_id == classifier_id,
+            StatusEvent.delivery != Delivery.PENDING.value,
+            StatusEvent.id.not_in(listed),
+        )
+    )
 
 
 def record_created(

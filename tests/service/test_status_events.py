@@ -272,3 +272,42 @@ def test_deleting_a_classifier_tells_every_callback_url_its_versions_named(
     ).all()
     assert len(deleted) == 2 and {e.callback_url for e in deleted} == {PUBLIC_HOOK, other_hook}
     assert {e.description for e in deleted} == {"The classifier was deleted."}
+
+
+def test_a_long_lived_classifier_keeps_only_the_events_a_listing_shows_and_those_still_to_deliver(
+    session: Session, created: Callable[..., tuple[str, str]]
+) -> None:
+    # A classifier retrained (and its old versions deleted) for months records a few events per
+    # version; only the newest LISTED_EVENTS are ever listed, and a delivered one is never sent
+    # again: the rest were kept for ever, unreadable (a soak: 4 rows per retrain, none pruned).
+    classifier_id, _ = created()
+    owner = select(TrainingJob.tenant_id).where(TrainingJob.classifier_id == classifier_id)
+    tenant_id = session.scalar(owner)
+    assert tenant_id is not None
+    at = utcnow()
+
+    def add(n: int, callback_url: str | None) -> None:
+        for i in range(n):
+            status_events.record(
+                session,
+                tenant_id=tenant_id,
+                classifier_id=classifier_id,
+                version=1,
+                previous=TRAINING,
+                status=AVAILABLE,
+                description=f"change {i}",
+                callback_url=callback_url,
+                now=at,
+            )
+            session.commit()
+
+    add(3, PUBLIC_HOOK)  # the oldest: still to deliver, so they stay whatever follows
+    add(status_events.LISTED_EVENTS + 50, None)
+
+    session.rollback()
+    kept = session.scalars(select(StatusEvent).where(StatusEvent.classifier_id == classifier_id)).all()
+    listed = [event.id for event, _ in status_events.recent_events(session, classifier_id)]
+    pending = {e.id for e in kept if e.delivery == Delivery.PENDING.value}
+    assert len(pending) == 3
+    assert {e.id for e in kept} == set(listed) | pending
+    assert len(kept) == status_events.LISTED_EVENTS + 3

@@ -128,11 +128,16 @@ class QuotaExceeded(Forbidden):
     """The tenant is at one of its quotas; the message names the quota, its value and the usage."""
 
     def __init__(self, quota: str, limit: int, usage: int, adding: int = 1) -> None:
-        super().__init__(
+        super().__init__(self.describe(quota, limit, usage, adding))
+        self.quota, self.limit, self.usage, self.adding = quota, limit, usage, adding
+
+    @staticmethod
+    def describe(quota: str, limit: int, usage: int, adding: int) -> str:
+        """The message: the quota, its value, what the tenant has and what the request adds."""
+        return (
             f"quota '{quota}' exceeded: the limit is {limit}, the tenant has {usage} "
             f"and this request adds {adding}"
         )
-        self.quota, self.limit, self.usage, self.adding = quota, limit, usage, adding
 
 
 class QuotaIsZero(QuotaExceeded):
@@ -140,11 +145,14 @@ class QuotaIsZero(QuotaExceeded):
     tenant has 0 and this request adds 1" read as a count, not a rate)."""
 
     def __init__(self, quota: str) -> None:
-        Forbidden.__init__(
-            self,
-            f"quota '{quota}' is 0 for this tenant: no such call is allowed until an administrator raises it",
+        super().__init__(quota, 0, 0)
+
+    @staticmethod
+    def describe(quota: str, limit: int, usage: int, adding: int) -> str:
+        """The message: the quota is 0, so nothing is allowed."""
+        return (
+            f"quota '{quota}' is 0 for this tenant: no such call is allowed until an administrator raises it"
         )
-        self.quota, self.limit, self.usage, self.adding = quota, 0, 0, 1
 
 
 class Throttled(TaasError):

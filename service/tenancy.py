@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from service.db import hold_write_lock
 from service.errors import BadRequest, Conflict, NotFound, Unauthorized
 from service.models import ApiKey, Tenant
+from service.paging import page_count
 from service.settings import Settings
 from service.training_data import unprintable
 
@@ -149,7 +150,7 @@ class TenantPage(NamedTuple):
     @property
     def pages(self) -> int:
         """How many pages the listing has (one, when it is empty)."""
-        return max(1, -(-self.total // self.per_page))
+        return page_count(self.total, self.per_page)
 
 
 def find_tenants(session: Session, *, name: str = "", page: int = 1, per_page: int) -> TenantPage:

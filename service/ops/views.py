@@ -17,6 +17,7 @@ from service.errors import NotFound
 from service.history import HISTORY_KEY
 from service.jobs import eta_seconds, shown_phase
 from service.models import Classifier, ClassifierVersion, JobEvent, JobState, Tenant, TrainingJob
+from service.paging import page_count
 from service.settings import Settings
 from service.worker_registry import WorkerRegistry
 
@@ -91,7 +92,7 @@ def job_list(session: Session, where: JobFilter, *, with_choices: bool = False) 
         "jobs": [_job_row(job, names) for job in jobs],
         "total": total,
         "page": page,
-        "pages": max(1, -(-total // PAGE_SIZE)),
+        "pages": page_count(total, PAGE_SIZE),
     }
     if with_choices:
         tenants = session.execute(select(Tenant.id, Tenant.name).order_by(Tenant.name))

@@ -58,9 +58,8 @@ def test_a_reply_that_is_not_json_is_one_line(taas: Callable[..., Result]) -> No
         def log_message(self, *_: object) -> None:
             pass
 
-    with HTTPServer(("127.0.0.1", 0), Html) as server:
-        threading.Thread(target=server.handle_request, daemon=True).start()
-        result = taas("login", f"http://127.0.0.1:{server.server_port}", "some-key")
+    with _serving(Html) as url:
+        result = taas("login", url, "some-key")
 
     assert result.exit_code == 1
     assert result.stderr.endswith("with no JSON: is it a taas platform?\n") and result.stderr.count("\n") == 1
@@ -248,9 +247,7 @@ def test_the_servers_collection_index_is_told_as_the_text_number(
         def log_message(self, *_: object) -> None:
             pass
 
-    with HTTPServer(("127.0.0.1", 0), Refuse) as server:
-        threading.Thread(target=server.handle_request, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_port}"
+    with _serving(Refuse) as url:
         monkeypatch.setattr(commands, "_api", lambda: commands.Api(url, "k"))
         result = taas("classify", "some-id", "a", "b", "c", "d" * 5000)
 
@@ -276,7 +273,7 @@ def test_names_and_texts_print_as_written_not_as_markup() -> None:
 
 @contextmanager
 def _answering(status: int, body: bytes, authorizations: list[str]) -> Iterator[str]:
-    """A server at the yielded URL answering two GETs with ``status`` and the JSON ``body``,
+    """A server at the yielded URL answering each GET with ``status`` and the JSON ``body``,
     noting each request's Authorization header."""
 
     class Answer(BaseHTTPRequestHandler):
@@ -291,6 +288,19 @@ def _answering(status: int, body: bytes, authorizations: list[str]) -> Iterator[
         def log_message(self, *_: object) -> None:
             pass
 
-    with HTTPServer(("127.0.0.1", 0), Answer) as server:
-        threading.Thread(target=lambda: [server.handle_request() for _ in range(2)], daemon=True).start()
-        yield f"http://127.0.0.1:{server.server_port}"
+    with _serving(Answer) as url:
+        yield url
+
+
+@contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` serving at the yielded URL until the block ends. A thread left waiting for a
+    request the client never sent raised on the closed socket, in whichever test came next."""
+    with HTTPServer(("127.0.0.1", 0), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_port}"
+        finally:
+            server.shutdown()
+            thread.join()

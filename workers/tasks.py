@@ -21,6 +21,29 @@ log = logging.getLogger(__name__)
 _shutting_down = threading.Event()
 
 
+class _RequeueIsNotAWarning(logging.Filter):
+    """Celery logs every Reject at WARNING with a traceback (a fixed policy of its tracer). A
+    training job that gave its slot to a fairer tenant, or stopped for a shutdown, has done what
+    it should: this makes that an INFO line without the traceback (the reason is its message)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = getattr(record, "data", None)
+        if not (
+            isinstance(said, dict)
+            and said.get("description") == "rejected"
+            and said.get("name") == TRAIN_TASK
+        ):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
+            return False
+        record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        record.exc_info = record.exc_text = None
+        return True
+
+
+logging.getLogger("celery.app.trace").addFilter(_RequeueIsNotAWarning())
+
+
 @worker_shutting_down.connect
 def _on_worker_shutting_down(**_: object) -> None:
     # Celery's warm shutdown (SIGTERM, first SIGINT) lets the running task finish; a training

@@ -136,6 +136,7 @@ def test_a_tenant_holding_both_slots_gives_one_to_a_tenant_that_arrives(
     intents_csv: Path,
     session: Session,
     wait_until: Callable[..., Any],
+    tmp_path: Path,
 ) -> None:
     # the small data's five fold models make each job about six times longer (some 10 s), so
     # that A's two jobs are surely still training when B's arrives
@@ -175,3 +176,9 @@ def test_a_tenant_holding_both_slots_gives_one_to_a_tenant_that_arrives(
     timeline = [e.kind for e in events if e.job_id == yielded[0]]
     after = timeline[timeline.index("queued", 1) :]  # from its release on
     assert after[:3] == ["queued", "claimed", "resumed"] and after[-1] == "done", timeline
+    # the release is news, not trouble: one INFO line, where Celery's policy is a WARNING and
+    # a traceback for every Reject
+    logs = "".join(path.read_text() for path in tmp_path.glob("worker-*.log"))
+    rejected = [line for line in logs.splitlines() if "] reject requeue=True: " in line]
+    assert len(rejected) == 1 and "INFO/" in rejected[0] and "holding fewer" in rejected[0], logs
+    assert "Traceback" not in logs, logs

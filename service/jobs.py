@@ -232,6 +232,21 @@ def record_checkpoint(session: Session, lease: JobLease, *, path: str, step: int
     )
 
 
+def rewind_checkpoint(
+    session: Session, lease: JobLease, *, path: str | None, step: int, now: datetime
+) -> bool:
+    """Point the job back at an earlier checkpoint of this claim (store-relative ``path``, at
+    ``step`` updates), or at none (``path`` None): its training began below the recorded step,
+    which :func:`record_checkpoint` never moves the pointer under. Fenced by epoch."""
+    return _fenced(
+        session,
+        lease,
+        checkpoint_path=path,
+        checkpoint_step=None if path is None else step,
+        updated_at=now,
+    )
+
+
 def release_job(session: Session, lease: JobLease, *, now: datetime, why: str = "at shutdown") -> bool:
     """Give the job back (not a failure): training -> queued at once. ``why`` completes the
     timeline's "released by <worker> ..." (a shutdown, or a slot yielded to a fairer tenant)."""

@@ -58,6 +58,7 @@ from service.jobs import (
     record_resumed,
     release_job,
     retry_job,
+    rewind_checkpoint,
 )
 from service.models import Classifier, ClassifierVersion
 from service.settings import Settings
@@ -172,6 +173,7 @@ class _JobRun:
         self._last_phase = ""
         self._history: list[dict[str, object]] = []
         self._resume_unrecorded: int | None = None  # a resume whose record the database missed
+        self._rewind_unrecorded: int | None = None  # likewise, a move of the pointer back to a step
         self._earlier_claims_dropped = False
         self._published: Path | None = None  # the checkpoint last stored for every node
 
@@ -256,11 +258,10 @@ class _JobRun:
         self.resumed_from = _seed_workdir(self.store, context, workdir)
         with self.sessions() as session:
             self._history = history.recorded(session, self.job_id)
-        # Starting over from a recorded checkpoint that is gone (a crash's, or one a lost worker
-        # rotated out), the pointer keeps its step: checkpoints below it would be refused as
-        # stale (the lease then taken for lost, every attempt, until the job Failed).
-        floor = context.checkpoint_step if self.resumed_from is None else self.resumed_from
-        self.checkpoints = _CheckpointWatcher(workdir, lease, self, floor)
+        # The watcher records checkpoints past the pointer's step; a training that begins below
+        # it (starting over, or from the checkpoint kept before an unusable one) moves the
+        # pointer back first (_training_began)
+        self.checkpoints = _CheckpointWatcher(workdir, lease, self, context.checkpoint_step)
         # Each claim writes its own model folder, and only the fenced finish_job decides which
         # one the classifier points at: a worker that lost its lease overwrites nothing.
         models = self.store.model_dir(context.tenant_id, context.classifier_id, context.version)
@@ -337,8 +338,7 @@ class _JobRun:
             if self.resumed_from is None:
                 raise
             # Neither kept checkpoint is intact: every retry would fail the same way, and a
-            # training from the start costs less than a failed job. The pointer keeps naming
-            # the corrupt file until a checkpoint passes its step.
+            # training from the start costs less than a failed job.
             log.warning("job %s: %s; training from the start", self.job_id, error)
             self.resumed_from = None
             _empty(workdir)
@@ -347,23 +347,65 @@ class _JobRun:
     def _on_progress(self, progress: Progress) -> None:
         clock = time.monotonic()
         phase_changed = progress.phase != self._last_phase
-        if phase_changed and progress.phase == "training" and self.resumed_from is not None:
-            # progress.step: where the trainer did resume, before the recorded step when that
-            # checkpoint was unusable and it fell back to the one before
-            if progress.step < self.resumed_from:
+        if phase_changed and progress.phase == "training":
+            self._training_began(progress.step)
+        if not phase_changed and clock - self._last_progress < self.settings.progress_every_seconds:
+            return
+        self._last_phase, self._last_progress = progress.phase, clock
+        # at the start of training, or with a later progress report when the database missed it
+        if self._rewind_unrecorded is not None:
+            self._rewind_pointer(self._rewind_unrecorded)
+        if self._resume_unrecorded is not None:
+            self._record_resumed(self._resume_unrecorded)
+        self._write_progress(progress)
+
+    def _training_began(self, step: int) -> None:
+        """The trainer began a training session at update ``step``: resuming the recorded
+        checkpoint, or the one kept before it when that was unusable, or from the start (the
+        first claim, or the recorded files were gone or unusable, or it started over at a lower
+        learning rate after the training diverged, its checkpoints discarded).
+
+        Below the pointer's step, the pointer is moved back to what the session continues from
+        (that checkpoint, or none): it named work this session does not continue, and it kept
+        naming it until a new checkpoint passed its step, so a stop before then resumed the
+        discarded run (a diverged one: at the rate it diverged at) or started over again."""
+        if self.resumed_from is not None and step == 0:  # nothing was resumed, after all
+            self.resumed_from = None
+        if self.resumed_from is not None:
+            if step < self.resumed_from:
                 log.warning(
                     "job %s: the checkpoint at update %d is unusable; resuming from update %d",
                     self.job_id,
                     self.resumed_from,
-                    progress.step,
+                    step,
                 )
-            self._resume_unrecorded = progress.step
-        if not phase_changed and clock - self._last_progress < self.settings.progress_every_seconds:
+            self._resume_unrecorded = step
+        assert self.checkpoints is not None
+        if step < self.checkpoints.recorded:
+            self._rewind_unrecorded = step
+
+    def _rewind_pointer(self, step: int) -> None:
+        """Point the job at this claim's checkpoint of update ``step``, or at none for update 0."""
+        assert self.keeper is not None and self.checkpoints is not None
+        lease, workdir = self.keeper.lease, self.checkpoints.workdir
+        path = next((path for version, path in list_checkpoints(workdir) if version == step), None)
+        if path is not None:  # a hard link of an earlier claim's file, not stored under this name
+            self._publish(path)
+        relative = None if path is None else self.store.relative(path)
+        written = self._unless_unreachable(
+            "the checkpoint pointer",
+            lambda session: rewind_checkpoint(session, lease, path=relative, step=step, now=_now()),
+        )
+        if written is None:
+            return  # tried again at the next progress report; the watcher waits for it
+        self._rewind_unrecorded = None
+        if not written:
+            self.keeper.mark_lost("checkpoint pointer refused")
             return
-        self._last_phase, self._last_progress = progress.phase, clock
-        if self._resume_unrecorded is not None:  # at the resume, or with a later progress report
-            self._record_resumed(self._resume_unrecorded)
-        self._write_progress(progress)
+        self.checkpoints.recorded = step if path is not None else -1
+        log.info(
+            "job %s: checkpoint pointer moved back to %s", self.job_id, relative or "none (from the start)"
+        )
 
     def _write_progress(self, progress: Progress) -> None:
         assert self.keeper is not None
@@ -457,12 +499,7 @@ class _JobRun:
     def _record_checkpoint(self, lease: JobLease, path: Path, step: int) -> bool | None:
         """Point the job at the checkpoint ``path``: False when refused (the lease is lost),
         None when the database cannot be reached (the watcher tries again at its next poll)."""
-        # Stored for every node (and the rotated-out one removed) before the pointer names it;
-        # once, however many tries the pointer takes.
-        if path != self._published:
-            self.store.publish(path)
-            self.store.prune(path.parent)
-            self._published = path
+        self._publish(path)
         relative = self.store.relative(path)
         recorded = self._unless_unreachable(
             "the checkpoint pointer",
@@ -478,6 +515,14 @@ class _JobRun:
                     self.store.delete_tree(folder)
             self._earlier_claims_dropped = True
         return recorded
+
+    def _publish(self, path: Path) -> None:
+        """Store the checkpoint ``path`` for every node (and remove the rotated-out one) before
+        the pointer names it; once, however many tries the pointer takes."""
+        if path != self._published:
+            self.store.publish(path)
+            self.store.prune(path.parent)
+            self._published = path
 
     def _drop_unrecorded_claim(self) -> None:
         """After the lease was lost: remove this claim's checkpoint folder unless the job's

@@ -310,6 +310,45 @@ def test_a_corrupt_checkpoint_falls_back_to_the_one_before_or_to_the_start(
         assert resumed == []
 
 
+def test_a_claim_that_starts_over_points_the_job_at_its_own_checkpoints_at_once(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    settings_factory: Callable[..., Settings],
+    session: Session,
+) -> None:
+    """Training from the start below the recorded step (the recorded files gone, or unusable,
+    or the training diverged and started over at a lower rate), the pointer kept naming the
+    discarded checkpoint until a new one passed its step: a stop before then kept none of the
+    new claim's work, and a diverged run was resumed at the rate it had diverged at."""
+    settings = settings_factory(redis_url=None, learners=1, checkpoint_every_updates=4)
+    queued = queue_job(intents_csv, settings)
+    store = ArtifactStore(settings.resolved_artifacts_dir())
+
+    def kept(claim: int) -> list[Path]:
+        return list(store.root.rglob(f"checkpoints/epoch-{claim}/ckpt-*.pt"))
+
+    with pytest.raises(JobInterrupted):  # stopped once it keeps two checkpoints
+        run_training_job(queued.job_id, settings, "host-a:1", stop_requested=lambda: len(kept(1)) >= 2)
+    job, _ = queued.reload(session)
+    first_pointer = job.checkpoint_step
+    assert first_pointer is not None and first_pointer >= 8
+    for path in kept(1):
+        path.unlink()
+
+    with pytest.raises(JobInterrupted):  # starts over; stopped at its first checkpoint
+        run_training_job(queued.job_id, settings, "host-b:2", stop_requested=lambda: len(kept(2)) >= 1)
+
+    job, _ = queued.reload(session)
+    assert job.checkpoint_path is not None and job.checkpoint_step is not None
+    assert job.checkpoint_step < first_pointer
+    assert store.resolve(job.checkpoint_path).parent.name == "epoch-2"
+    run_training_job(queued.job_id, settings, "host-c:3")
+    resumed = session.scalars(
+        select(JobEvent.step).where(JobEvent.job_id == queued.job_id, JobEvent.kind == "resumed")
+    ).all()
+    assert resumed == [job.checkpoint_step]  # the third claim resumed the second's work
+
+
 def test_a_worker_whose_store_lacks_the_dataset_says_so_to_the_operator_and_the_tenant(
     queue_job: Callable[..., Any],
     intents_csv: Path,

@@ -10,7 +10,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from service import jobs, quotas, status_events, versions, webhooks
-from service.datasets import StagedDataset, keep_dataset, undone_on_failure
+from service.datasets import StagedDataset, keep_dataset, remove_unrecorded, undone_on_failure
 from service.errors import BadRequest, Conflict, NotFound
 from service.models import (
     Classifier,
@@ -164,9 +164,9 @@ def delete_classifier(
     for dataset in owned:
         session.execute(delete(Dataset).where(Dataset.id == dataset.id))
     session.commit()
-    store.delete_classifier(classifier.tenant_id, classifier.id)
+    remove_unrecorded(store, store.classifier_dir(classifier.tenant_id, classifier.id), folder=True)
     for dataset in owned:
-        store.delete_file(store.resolve(dataset.path))
+        remove_unrecorded(store, store.resolve(dataset.path))
     if notify:
         webhooks.send_new_events(session, settings, classifier.id)
 

@@ -128,6 +128,7 @@ def api(
     settings = _settings()
     _check_port_free(host, port)
     _require_services(settings)  # without Redis every create would wait for a reconciler that cannot run
+    _require_store(settings)
     if settings.admin_key is None:
         data = _prepare_data_dir(settings.data_dir)
         admin_key, key_file, created = _admin_key(settings.model_copy(update={"data_dir": data}))
@@ -148,7 +149,9 @@ def api(
 @cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def worker(ctx: typer.Context) -> None:
     """Run one training worker alone (python -m workers); extra options go to Celery."""
-    _require_services(_settings())
+    settings = _settings()
+    _require_services(settings)
+    _require_store(settings)
     os.execv(sys.executable, [sys.executable, "-m", "workers", *ctx.args])
 
 
@@ -162,7 +165,9 @@ def webhooks(ctx: typer.Context) -> None:
 @cli.command()
 def reconcile() -> None:
     """Run the reconciler alone (python -m workers.reconciler): requeue expired and lost jobs."""
-    _require_services(_settings())
+    settings = _settings()
+    _require_services(settings)
+    _require_store(settings)
     os.execv(sys.executable, [sys.executable, "-m", "workers.reconciler"])
 
 
@@ -482,6 +487,21 @@ def _require_services(settings: Settings) -> None:
         settings.require_redis_url()
     except RuntimeError as error:
         _fail(str(error))
+
+
+def _require_store(settings: Settings) -> None:
+    """Exit with a one-line error unless the S3 artifact store of ``TAAS_ARTIFACTS_URL``
+    answers (nothing to check without one: the local folder is created as it is needed). A
+    missing bucket, a mistyped endpoint or refused credentials started an API or a worker as if
+    all were well, and showed only as a 503 per upload or a job waiting for the store."""
+    if not settings.artifacts_url:
+        return
+    from service.artifacts import open_backend
+
+    try:
+        open_backend(settings).check()
+    except (OSError, ValueError) as error:  # ValueError: not an s3://bucket[/prefix] URL
+        _fail(f"{error} (TAAS_ARTIFACTS_URL, TAAS_S3_ENDPOINT_URL)")
 
 
 def _require_migrated(settings: Settings) -> None:

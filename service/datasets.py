@@ -83,12 +83,16 @@ def undone_on_failure(
 
 
 def remove_unrecorded(store: ArtifactStore, path: Path, *, folder: bool = False) -> None:
-    """Delete a file (or folder) that no row names, here and on the remote; a failure is logged,
-    not raised, since the caller is raising the error that made it unwanted."""
+    """Delete a file (or folder) that no row names, here and on the remote: an upload whose row
+    was not written, or what a committed deletion removed the rows of. A failure (S3
+    unreachable) is logged, not raised: the caller is raising the error that made the file
+    unwanted, or its deletion has committed already, and the reconciler's sweep removes what no
+    row names (:mod:`workers.unrecorded`). Raised, a committed delete answered a 500 and skipped
+    what follows it: the replicas' invalidation, this process's cached model, the webhooks."""
     try:
         store.delete_tree(path) if folder else store.delete_file(path)
     except Exception:
-        log.exception("could not remove the unrecorded upload %s", path)
+        log.exception("could not remove %s, which no row names; the reconciler's sweep will", path)
 
 
 def check_name(name: object, field: str, max_chars: int) -> str:
@@ -235,4 +239,4 @@ def delete_dataset(session: Session, store: ArtifactStore, dataset: Dataset) -> 
     path = store.resolve(dataset.path)
     session.delete(dataset)
     session.commit()
-    store.delete_file(path)
+    remove_unrecorded(store, path)

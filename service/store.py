@@ -60,13 +60,17 @@ class ArtifactStore(TreeOps):
         remote = open_backend(settings) if settings.artifacts_url else None
         return cls(settings.resolved_artifacts_dir(), remote)
 
+    def tenant_dir(self, tenant_id: str) -> Path:
+        """The folder holding everything a tenant owns (datasets, classifiers)."""
+        return self.root / "tenants" / _safe(tenant_id)
+
     def dataset_path(self, tenant_id: str, dataset_id: str) -> Path:
         """Where a tenant's stored dataset (canonical CSV) lives."""
-        return self._tenant(tenant_id) / "datasets" / f"{_safe(dataset_id)}.csv"
+        return self.tenant_dir(tenant_id) / "datasets" / f"{_safe(dataset_id)}.csv"
 
     def classifier_dir(self, tenant_id: str, classifier_id: str) -> Path:
         """The folder holding everything a classifier owns (checkpoints, model)."""
-        return self._tenant(tenant_id) / "classifiers" / _safe(classifier_id)
+        return self.tenant_dir(tenant_id) / "classifiers" / _safe(classifier_id)
 
     def version_dir(self, tenant_id: str, classifier_id: str, version: int) -> Path:
         """The folder holding everything one version of a classifier owns."""
@@ -217,7 +221,7 @@ class ArtifactStore(TreeOps):
 
     def delete_tenant(self, tenant_id: str) -> None:
         """Remove everything stored for a tenant: datasets, classifiers, leftovers."""
-        self.delete_tree(self._tenant(tenant_id))
+        self.delete_tree(self.tenant_dir(tenant_id))
 
     # --- the node-local working copy of a remote store -------------------------------------
     def publish(self, path: Path) -> None:
@@ -360,9 +364,6 @@ class ArtifactStore(TreeOps):
 
     def _keypath(self, key: str) -> Path:
         return self.resolve(check_key(key))
-
-    def _tenant(self, tenant_id: str) -> Path:
-        return self.root / "tenants" / _safe(tenant_id)
 
 
 def read_fetched(fetch: Callable[[Path], Path], path: Path, read: Callable[[Path], T]) -> T:

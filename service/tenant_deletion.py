@@ -26,7 +26,8 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from service import classifiers, tenancy
-from service.errors import NotFound
+from service.datasets import remove_unrecorded
+from service.errors import NotFound, unavailable
 from service.invalidation import Invalidations
 from service.models import Classifier, Dataset, Tenant
 from service.serving import ModelCache
@@ -74,14 +75,18 @@ def delete_tenant(
             classifiers.delete_classifier(session, settings, store, classifier, now=now, notify=False)
         except NotFound:  # ... or took it while this one waited for its lock
             continue
+        models.evict(classifier_id)
         deleted.append(classifier_id)
     # the folder before the row, which stays the mark a repeated request finishes from (after
     # the row, a crash between the two left the folder, and the repeat was a 404); and again
     # after, for what a request the deletion overtook wrote meanwhile
-    store.delete_tenant(tenant_id)
+    try:
+        store.delete_tenant(tenant_id)
+    except OSError as exc:  # S3 unreachable, say: the row stays, and the same request finishes
+        raise unavailable(
+            f"the files of tenant '{tenant_id}' could not be deleted; delete it again", exc
+        ) from exc
     session.execute(delete(Tenant).where(Tenant.id == tenant_id))
     session.commit()
-    store.delete_tenant(tenant_id)
-    for classifier_id in deleted:
-        models.evict(classifier_id)
+    remove_unrecorded(store, store.tenant_dir(tenant_id), folder=True)
     return TenantDeleted(tenant_id, deleted, datasets)

@@ -26,6 +26,7 @@ from service.datasets import (
     add_dataset,
     keep_dataset,
     keep_dataset_if_there,
+    remove_unrecorded,
     undone_on_failure,
 )
 from service.errors import Conflict, NotFound
@@ -293,15 +294,15 @@ def delete_version(
         session.execute(delete(Dataset).where(Dataset.id == owned.id))
     session.commit()
     folder = store.version_dir(classifier.tenant_id, classifier.id, number)
-    store.delete_tree(folder)
+    remove_unrecorded(store, folder, folder=True)
     if model_dir is not None and not store.resolve(model_dir).is_relative_to(folder):
         # a version 1 trained before versions existed: migration 0005 left its model and
         # checkpoints where they were, in the classifier's folder, and they stayed for ever
         legacy = store.classifier_dir(classifier.tenant_id, classifier.id)
-        store.delete_tree(legacy / "model")
-        store.delete_tree(legacy / "checkpoints")
+        remove_unrecorded(store, legacy / "model", folder=True)
+        remove_unrecorded(store, legacy / "checkpoints", folder=True)
     if owned is not None:
-        store.delete_file(store.resolve(owned.path))
+        remove_unrecorded(store, store.resolve(owned.path))
     webhooks.send_new_events(session, settings, classifier.id)
 
 

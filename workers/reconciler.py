@@ -117,7 +117,7 @@ def run_forever(settings: Settings, stop: threading.Event) -> None:
     """Run passes until ``stop`` is set; a failed pass (database down) is logged and retried."""
     engine = make_engine(settings)
     sessions = session_factory(engine)
-    store = ArtifactStore(settings.resolved_artifacts_dir())
+    store = ArtifactStore.open(settings)  # with S3: what no row records is swept from the bucket too
     next_unrecorded_sweep = time.monotonic()
     try:
         while not stop.is_set():

@@ -32,7 +32,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -43,6 +43,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import history
+from service.artifacts import StoreUnavailable
 from service.db import make_engine, session_factory
 from service.invalidation import announce
 from service.jobs import (
@@ -92,6 +93,10 @@ IO_FAILURE = (
 DISK_FULL = (
     "Training is waiting for disk space on its worker (the operators have the details); it "
     "tries again every few minutes, and this does not count as a failed attempt."
+)
+STORE_UNAVAILABLE = (
+    "Training is waiting for the artifact store, which does not answer (the operators have the "
+    "details); it tries again every few minutes, and this does not count as a failed attempt."
 )
 MISSING_DATA = (
     "Training could not find its training data in the worker's artifact store (the API and "
@@ -226,16 +231,18 @@ class _JobRun:
                 log.error("job %s: attempt %d failed: %s", self.job_id, lease.attempt, missing)
                 self._retry(lease, context, MISSING_DATA)
             except (TrainerError, OSError) as error:
-                if _disk_full(error):
+                if (waits := _waits_for(error)) is not None:
+                    what, reason = waits
                     log.error(
-                        "job %s: attempt %d: the disk is full (%s); the job tries again in %.0f s "
+                        "job %s: attempt %d: %s (%s); the job tries again in %.0f s "
                         "(not counted as a failed attempt)",
                         self.job_id,
                         lease.attempt,
+                        what,
                         error,
                         self.settings.retry_backoff_max_seconds,
                     )
-                    self._retry(lease, context, DISK_FULL, counted=False)
+                    self._retry(lease, context, reason, counted=False)
                     return
                 log.warning("job %s: attempt %d failed: %r", self.job_id, lease.attempt, error)
                 reason = IO_FAILURE if isinstance(error, OSError) else _tenant_reason(error)
@@ -651,11 +658,13 @@ def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> i
     for source in _kept_with(store, recorded):
         target = workdir / source.name
         try:
-            os.link(store.fetch(source), target)
+            fetched = store.fetch(source)  # a store that does not answer is raised: the attempt waits
         except FileNotFoundError:
             continue
+        try:
+            os.link(fetched, target)
         except OSError:
-            shutil.copyfile(source, target)
+            shutil.copyfile(fetched, target)
         seeded += 1
     if not seeded:
         log.warning("job %s: recorded checkpoint %s is missing; starting over", context.job_id, recorded)
@@ -682,16 +691,28 @@ def _kept_with(store: ArtifactStore, recorded: Path) -> list[Path]:
     return [recorded] + [folder / name for _, name in older[: KEEP - 1]]
 
 
-def _disk_full(error: BaseException) -> bool:
-    """Whether ``error``, or an error it was raised from, is a full disk or quota."""
+def _waits_for(error: BaseException) -> tuple[str, str] | None:
+    """What an attempt that failed for want of something only the operators can give back
+    waits for, as (the log's words, the tenant's reason); None for a failure of the attempt
+    itself. Found anywhere in ``error``'s chain: a full disk or quota, or a remote artifact
+    store that does not answer (three attempts a few seconds apart used to fail the job, while
+    an operator had barely been paged)."""
+    for seen in _chain(error):
+        if isinstance(seen, StoreUnavailable):
+            return "the artifact store is unavailable", STORE_UNAVAILABLE
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "the disk is full", DISK_FULL
+    return None
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and the errors it was raised from (or during), newest first."""
     seen: BaseException | None = error
     chain: set[int] = set()
     while seen is not None and id(seen) not in chain:
-        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
+        yield seen
         chain.add(id(seen))
         seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def _tenant_reason(error: TrainerError) -> str:

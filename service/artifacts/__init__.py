@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from service.artifacts.base import ArtifactBackend, check_key, check_prefix, join_key
+from service.artifacts.base import ArtifactBackend, StoreUnavailable, check_key, check_prefix, join_key
 
 if TYPE_CHECKING:
     from service.settings import Settings
 
-__all__ = ["ArtifactBackend", "check_key", "check_prefix", "join_key", "open_backend"]
+__all__ = ["ArtifactBackend", "StoreUnavailable", "check_key", "check_prefix", "join_key", "open_backend"]
 
 
 def open_backend(settings: Settings) -> ArtifactBackend:

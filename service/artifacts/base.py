@@ -8,12 +8,22 @@ multipart upload is atomic).
 
 Trees (a model folder, a checkpoint folder) are copied file by file under a key prefix, so a
 worker node can keep a node-local working copy and sync it with the store.
+
+Failures are OSErrors on every backend: FileNotFoundError for a missing object, and
+:class:`StoreUnavailable` when a remote store does not answer or refuses (S3 unreachable, a
+missing bucket, rejected credentials).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+
+class StoreUnavailable(OSError):
+    """A remote artifact store did not do what it was asked: unreachable, a missing bucket,
+    rejected credentials, a failed request. No fault of the data: a worker waits it out without
+    counting a failed attempt, and the API answers a 503."""
 
 
 def check_key(key: str) -> str:

@@ -8,11 +8,13 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from service.artifacts import ArtifactBackend, layout, open_backend
+from service.artifacts import ArtifactBackend, StoreUnavailable, layout, open_backend
 from service.artifacts.s3 import S3ArtifactStore, parse_s3_url
 from service.settings import Settings
 from service.store import ArtifactStore
@@ -245,3 +247,17 @@ def test_a_node_drops_model_copies_not_loaded_lately_and_nothing_else(
     assert (store.fetch(stale, folder=True) / "weights.pt").read_bytes() == b"w"  # back from S3
     assert ArtifactStore(tmp_path / "node").sweep_model_copies(0) == 0  # without S3 it is the store
     assert fresh.is_dir()
+
+
+def test_s3_delete_prefix_raises_on_objects_s3_kept() -> None:
+    """DeleteObjects answers 200 with a failure per object it kept (a quiet delete lists only
+    those): they went unnoticed, and the caller took the folder for gone."""
+    listing = [{"Contents": [{"Key": "p/a", "LastModified": datetime.now(UTC)}]}]
+    client = SimpleNamespace(
+        get_paginator=lambda _name: SimpleNamespace(paginate=lambda **_kw: listing),
+        delete_objects=lambda **_kw: {"Errors": [{"Key": "p/a", "Code": "AccessDenied", "Message": "no"}]},
+    )
+    store = S3ArtifactStore("s3://bucket/p", client=client)
+
+    with pytest.raises(StoreUnavailable, match=r"1 object\(s\) not deleted, e.g. 'p/a': AccessDenied"):
+        store.delete_prefix("")

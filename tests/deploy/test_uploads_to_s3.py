@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from service.store import ArtifactStore
 from tests.conftest import TenantHandle
 from tests.service.helpers import NLC_CSV, nlc_files, train_tiny_model
 from trainer.bundle import write_bundle
+from workers.reconciler import run_forever
 from workers.unrecorded import sweep_unrecorded
 
 pytestmark = pytest.mark.integration
@@ -252,3 +254,33 @@ def test_the_reconciler_sweeps_what_no_row_records_in_s3_where_no_node_has_a_cop
     assert sorted(remaining) == sorted(
         f"taas/{key}" for key in (layout.dataset_key(tenant.id, recorded.json()["dataset_id"]), fresh)
     )
+
+
+def test_the_reconciler_process_sweeps_the_bucket_not_only_its_own_disk(
+    settings_factory: Callable[..., Settings], tmp_path: Path, s3_bucket: str, s3_endpoint: str
+) -> None:
+    """``taas reconcile`` (its loop, :func:`run_forever`) on a node of its own: a deleted
+    tenant's object lies in S3 only. The loop opened its node's folder without the bucket, so
+    it never swept S3 at all."""
+    settings = settings_factory(
+        artifacts_dir=tmp_path / "reconciler-node",
+        artifacts_url=f"s3://{s3_bucket}/taas",
+        s3_endpoint_url=s3_endpoint,
+        s3_addressing_style="path",
+        temp_max_age_seconds=1.0,
+        reconcile_every_seconds=0.1,
+    )
+    leftover = f"taas/{layout.dataset_key(str(uuid.uuid4()), str(uuid.uuid4()))}"
+    boto3.client("s3", endpoint_url=s3_endpoint).put_object(Bucket=s3_bucket, Key=leftover, Body=b"x")
+    time.sleep(2.5)  # S3 keeps whole seconds
+    stop = threading.Event()
+    reconciler = threading.Thread(target=run_forever, args=(settings, stop), daemon=True)
+    reconciler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while leftover in _remote_keys(s3_bucket, s3_endpoint, "taas/") and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        reconciler.join(timeout=10)
+    assert _remote_keys(s3_bucket, s3_endpoint, "taas/") == []

@@ -137,8 +137,10 @@ class Settings(BaseSettings):
     model_copy_max_age_seconds: float = Field(
         3600.0,
         gt=0,
-        description="With an S3 store, an API node removes its copy of a model folder not loaded "
-        "for this long (the model stays in memory while in use; a later load fetches it again).",
+        description="With an S3 store, a node removes its copies not used for this long: an API "
+        "node a model folder not loaded (the model stays in memory while in use; a later load "
+        "fetches it again), a worker the datasets, models and checkpoints of jobs not trained "
+        "there since (as it starts each job).",
     )
     checkpoint_every_updates: int | None = Field(
         None, gt=0, description="Operator override of the trainer's checkpoint cadence in updates."

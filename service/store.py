@@ -138,6 +138,35 @@ class ArtifactStore(TreeOps):
             swept += 1
         return swept
 
+    def sweep_work_copies(self, max_age_seconds: float) -> int:
+        """With a remote, drop this node's copies of datasets, and its checkpoint folders, that
+        nothing touched for ``max_age_seconds``; returns how many went. Nothing without a
+        remote: the local root is then the store.
+
+        A worker keeps a job's dataset copy and checkpoints after a failed or stopped attempt,
+        so that a retry here resumes without a download, and drops them when the job succeeds
+        here; a job that then succeeded on another node, Failed or was deleted left them on
+        this disk for ever. The remote holds each one still wanted (a resume fetches it again).
+        A training job writes a checkpoint a minute, so a folder in use is never this old.
+        """
+        if self.remote is None:
+            return 0
+        cutoff = time.time() - max_age_seconds
+        swept = 0
+        copies = [
+            *self.root.glob("tenants/*/datasets/*"),
+            *self.root.glob("tenants/*/classifiers/*/versions/*/checkpoints/*"),
+        ]
+        for copy in copies:
+            try:
+                if _last_touched(copy) >= cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
+            self.drop_local(copy)
+            swept += 1
+        return swept
+
     def relative(self, path: Path) -> str:
         """The store-relative POSIX form of ``path``; raises ValueError if it lies outside the root."""
         return path.resolve().relative_to(self.root).as_posix()
@@ -364,6 +393,15 @@ class ArtifactStore(TreeOps):
 
     def _keypath(self, key: str) -> Path:
         return self.resolve(check_key(key))
+
+
+def _last_touched(path: Path) -> float:
+    """The newest modification time of ``path``, or of a folder and the files in it."""
+    if not path.is_dir():
+        return path.stat().st_mtime
+    return max(
+        [path.stat().st_mtime, *(entry.stat().st_mtime for entry in path.rglob("*") if entry.is_file())]
+    )
 
 
 def read_fetched(fetch: Callable[[Path], Path], path: Path, read: Callable[[Path], T]) -> T:

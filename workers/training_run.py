@@ -197,6 +197,8 @@ class _JobRun:
         log.info("job %s: claimed by %s at epoch %d", self.job_id, self.worker_id, lease.epoch)
         if self.store.remote is not None:  # a node of its own: no reconciler sweeps this disk
             self.store.sweep_staging(self.settings.temp_max_age_seconds)
+            self.store.sweep_model_copies(self.settings.model_copy_max_age_seconds)
+            self.store.sweep_work_copies(self.settings.model_copy_max_age_seconds)
         with self.sessions() as session:
             context = job_context(session, self.job_id)
         if context is None:

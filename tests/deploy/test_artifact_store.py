@@ -261,3 +261,41 @@ def test_s3_delete_prefix_raises_on_objects_s3_kept() -> None:
 
     with pytest.raises(StoreUnavailable, match=r"1 object\(s\) not deleted, e.g. 'p/a': AccessDenied"):
         store.delete_prefix("")
+
+
+def test_a_worker_node_drops_dataset_and_checkpoint_copies_untouched_lately(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    """A job whose attempt failed or stopped on this node, then succeeded on another, Failed or
+    was deleted, left its dataset copy and checkpoints on this node's disk for good."""
+    settings = Settings(
+        data_dir=tmp_path / "var",
+        artifacts_url=f"s3://{s3_bucket}/taas",
+        s3_endpoint_url=s3_endpoint,
+        s3_addressing_style="path",
+    )
+    store = ArtifactStore(tmp_path / "node", open_backend(settings))
+    old_data, new_data = (store.dataset_path("t1", d) for d in ("d1", "d2"))
+    old_claim, training = (store.checkpoint_dir("t1", c, 1) / "epoch-1" for c in ("c1", "c2"))
+    model = store.model_dir("t1", "c1", 1) / "epoch-1"
+    for path in (old_data, new_data):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"text,label\n")
+        store.publish(path)
+    for folder in (old_claim, training, model):
+        folder.mkdir(parents=True)
+        (folder / "ckpt-4.pt").write_bytes(b"w")
+        store.publish(folder)
+    (training / "ckpt-8.pt").write_bytes(b"w")  # in use: its newest checkpoint is fresh
+    long_ago = time.time() - 7200
+    for path in (old_data, old_claim, old_claim / "ckpt-4.pt", training, training / "ckpt-4.pt", model):
+        os.utime(path, (long_ago, long_ago))
+
+    assert store.sweep_work_copies(3600) == 2
+    assert not old_data.exists() and not old_claim.exists()
+    assert (
+        new_data.is_file() and (training / "ckpt-4.pt").is_file() and model.is_dir()
+    )  # models: their own rule
+    assert (store.fetch(old_claim / "ckpt-4.pt")).read_bytes() == b"w"  # back from S3 on a resume
+    assert ArtifactStore(tmp_path / "node").sweep_work_copies(0) == 0  # without S3 it is the store
+    assert new_data.is_file()

@@ -106,6 +106,22 @@ def _classify_until_swept(
     assert not copy.exists(), "serving a loaded model reads no file"
 
 
+def _create(client: TestClient, tenant: TenantHandle, tmp_path: Path, name: str) -> tuple[str, str]:
+    """Create a classifier named ``name``; returns its id and its training job's."""
+    created = client.post(
+        "/v1/classifiers",
+        files={
+            "training_data": ("train.csv", _training_csv(tmp_path / "train.csv"), "text/csv"),
+            "training_metadata": (None, json.dumps({"name": name, "language": "en"}), "application/json"),
+        },
+        headers=tenant.headers,
+    )
+    assert created.status_code == 200, created.text
+    classifier_id = created.json()["classifier_id"]
+    events = client.get(f"/v1/classifiers/{classifier_id}/events", headers=tenant.headers).json()["events"]
+    return classifier_id, str(events[0]["job_id"])
+
+
 @pytest.mark.slow
 def test_worker_nodes_resume_and_serve_through_s3_only(
     client: TestClient,
@@ -116,19 +132,8 @@ def test_worker_nodes_resume_and_serve_through_s3_only(
     s3_endpoint: str,
     s3_bucket: str,
 ) -> None:
-    created = client.post(
-        "/v1/classifiers",
-        files={
-            "training_data": ("train.csv", _training_csv(tmp_path / "train.csv"), "text/csv"),
-            "training_metadata": (None, json.dumps({"name": "nodes", "language": "en"}), "application/json"),
-        },
-        headers=tenant.headers,
-    )
-    assert created.status_code == 200, created.text
-    classifier_id = created.json()["classifier_id"]
+    classifier_id, job_id = _create(client, tenant, tmp_path, "nodes")
     classifier_keys = f"taas/{layout.classifier_prefix(tenant.id, classifier_id)}/"
-    events = client.get(f"/v1/classifiers/{classifier_id}/events", headers=tenant.headers).json()["events"]
-    job_id = events[0]["job_id"]
 
     worker_a, worker_b = node("worker-a"), node("worker-b")
     a_root = worker_a.resolved_artifacts_dir()
@@ -138,6 +143,8 @@ def test_worker_nodes_resume_and_serve_through_s3_only(
         )
     checkpoints = [k for k in _remote_keys(s3_bucket, s3_endpoint, classifier_keys) if "/checkpoints/" in k]
     assert checkpoints, "the checkpoint was not stored in S3 before its pointer was recorded"
+    kept_on_a = list((a_root / "tenants").rglob("*"))
+    assert any(p.is_file() for p in kept_on_a), "node A keeps its copies for a retry there"
 
     leftover = worker_b.resolved_artifacts_dir() / "tmp" / "killed-worker.model"
     leftover.mkdir(parents=True)  # what a worker SIGKILLed mid-save leaves in its staging area
@@ -173,6 +180,16 @@ def test_worker_nodes_resume_and_serve_through_s3_only(
     assert any(copy.iterdir()), "a load after the sweep fetches the folder again"
     remote = _remote_keys(s3_bucket, s3_endpoint, classifier_keys)
     assert remote and not [k for k in remote if "/checkpoints/" in k], "checkpoints are removed once done"
+
+    # node A's copies of the job that finished on B, once untouched for the max age, are
+    # dropped as A starts its next job (they stayed on its disk for good)
+    long_ago = time.time() - 2 * worker_a.model_copy_max_age_seconds
+    for path in kept_on_a:
+        os.utime(path, (long_ago, long_ago))
+    next_id, next_job = _create(client, tenant, tmp_path, "next")
+    run_training_job(next_job, worker_a, "node-a:2")
+    assert not [p for p in (a_root / "tenants").rglob("*") if p.is_file()]
+    assert client.delete(f"/v1/classifiers/{next_id}", headers=tenant.headers).status_code == 200
 
     assert client.delete(f"/v1/classifiers/{classifier_id}", headers=tenant.headers).status_code == 200
     assert _remote_keys(s3_bucket, s3_endpoint, classifier_keys) == []

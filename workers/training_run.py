@@ -316,13 +316,23 @@ class _JobRun:
             return
         # The classifier may serve this model now (a promote): API replicas drop cached lookups.
         announce(self.settings.redis_url, context.tenant_id)
-        self.store.delete_tree(checkpoints)
-        self.store.delete_tree(models, keep=model_dir)
         # With a remote store, API nodes load the model from it and a later job fetches the
         # dataset again: this node's copies would only fill its disk. (Kept after a failed or
         # stopped attempt: a retry here resumes without a download.)
         self.store.drop_local(dataset_file)
         self.store.drop_local(model_dir)
+        try:
+            self.store.delete_tree(checkpoints)
+            self.store.delete_tree(models, keep=model_dir)
+        except OSError as error:
+            # the job has succeeded: an S3 that does not answer now is no failed attempt (it
+            # reached run() as one, "tries again", and skipped the lines above)
+            log.warning(
+                "job %s: done, but its checkpoints and other attempts' models were not deleted (%s); "
+                "the reconciler's sweep removes them",
+                self.job_id,
+                error,
+            )
         log.info(
             "job %s: done in %.1fs after %d updates, accuracy %s",
             self.job_id,

@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.artifacts import layout
+from service.artifacts import StoreUnavailable, layout
 from service.artifacts.s3 import S3ArtifactStore
 from service.models import ClassifierStatus, JobEvent, JobState, TrainingJob
 from service.settings import Settings
@@ -207,6 +207,36 @@ def test_a_worker_waits_out_an_unreachable_store_without_counting_failed_attempt
     run_training_job(job_id, worker, "node-a:1")  # S3 answers again
     reply = client.get(f"/v1/classifiers/{classifier_id}", headers=tenant.headers)
     assert reply.json()["status"] == ClassifierStatus.AVAILABLE.value
+
+
+def test_a_job_done_while_s3_stops_answering_is_done_and_its_worker_drops_its_copies(
+    client: TestClient,
+    tenant: TenantHandle,
+    settings: Settings,
+    session: Session,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3 failing as the worker deleted a finished job's checkpoints reached the attempt's
+    error handling: "tries again" in the log for a job that had succeeded, and this node's
+    copies of its dataset and model were not dropped."""
+    created = client.post("/v1/classifiers", files=nlc_files(), headers=tenant.headers)
+    classifier_id = created.json()["classifier_id"]
+    job_id = session.scalar(select(TrainingJob.id).where(TrainingJob.classifier_id == classifier_id))
+    assert job_id is not None
+    worker = settings.model_copy(update={"artifacts_dir": tmp_path / "worker"})
+
+    def unanswered(*_: object, **__: object) -> None:
+        raise StoreUnavailable("artifact store s3://taas/taas: connection refused")
+
+    monkeypatch.setattr(ArtifactStore, "delete_tree", unanswered)  # only the clean-up deletes trees
+    run_training_job(job_id, worker, "node-a:1")
+
+    job = session.get(TrainingJob, job_id)
+    assert job is not None and job.state == JobState.SUCCEEDED.value
+    assert session.scalars(select(JobEvent.kind).where(JobEvent.job_id == job_id)).all()[-1] == "done"
+    leftovers = [p for p in (tmp_path / "worker" / "tenants").rglob("*") if p.is_file()]
+    assert not [p for p in leftovers if "checkpoints" not in p.parts], leftovers
 
 
 @pytest.mark.parametrize("command", ["api", "worker", "reconcile"])

@@ -237,10 +237,12 @@ def rewind_checkpoint(
 ) -> bool:
     """Point the job back at an earlier checkpoint of this claim (store-relative ``path``, at
     ``step`` updates), or at none (``path`` None): its training began below the recorded step,
-    which :func:`record_checkpoint` never moves the pointer under. Fenced by epoch."""
+    which :func:`record_checkpoint` never moves the pointer under. Fenced by epoch; accepted
+    after a tenant's cancel too, as :func:`record_checkpoint` is."""
     return _fenced(
         session,
         lease,
+        states=(JobState.TRAINING.value, JobState.CANCELLED.value),
         checkpoint_path=path,
         checkpoint_step=None if path is None else step,
         updated_at=now,

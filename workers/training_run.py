@@ -499,6 +499,8 @@ class _JobRun:
 
     def _stopped(self, lease: JobLease, context: JobContext, stopped: TrainingStopped) -> None:
         assert self.keeper is not None
+        if self._rewind_unrecorded is not None:  # else the stop's checkpoint is below the pointer
+            self._rewind_pointer(self._rewind_unrecorded)
         if stopped.checkpoint is not None:
             # Recorded even after a tenant's cancel (resume continues from it); refused otherwise.
             self._record_checkpoint(lease, Path(stopped.checkpoint), stopped.applied_updates)
@@ -524,6 +526,8 @@ class _JobRun:
             "the checkpoint pointer",
             lambda session: record_checkpoint(session, lease, path=relative, step=step, now=_now()),
         )
+        if recorded:  # past the step a rewind the database missed would have gone back to
+            self._rewind_unrecorded = None
         if recorded and not self._earlier_claims_dropped:
             # The pointer names this claim's folder now, and no earlier claim can move it: their
             # folders only filled the disk (four yields of a 2,000-row job: 730 MB, and a disk

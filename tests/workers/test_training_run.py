@@ -310,16 +310,20 @@ def test_a_corrupt_checkpoint_falls_back_to_the_one_before_or_to_the_start(
         assert resumed == []
 
 
+@pytest.mark.parametrize("database_blip", [False, True], ids=["database-up", "database-blip"])
 def test_a_claim_that_starts_over_points_the_job_at_its_own_checkpoints_at_once(
     queue_job: Callable[..., Any],
     intents_csv: Path,
     settings_factory: Callable[..., Settings],
     session: Session,
+    monkeypatch: pytest.MonkeyPatch,
+    database_blip: bool,
 ) -> None:
     """Training from the start below the recorded step (the recorded files gone, or unusable,
     or the training diverged and started over at a lower rate), the pointer kept naming the
     discarded checkpoint until a new one passed its step: a stop before then kept none of the
-    new claim's work, and a diverged run was resumed at the rate it had diverged at."""
+    new claim's work, and a diverged run was resumed at the rate it had diverged at. With the
+    database unreachable while training, the move back is made as the claim stops."""
     settings = settings_factory(redis_url=None, learners=1, checkpoint_every_updates=4)
     queued = queue_job(intents_csv, settings)
     store = ArtifactStore(settings.resolved_artifacts_dir())
@@ -335,8 +339,23 @@ def test_a_claim_that_starts_over_points_the_job_at_its_own_checkpoints_at_once(
     for path in kept(1):
         path.unlink()
 
+    unreachable = database_blip
+    rewind = training_run.rewind_checkpoint
+
+    def blipped(*args: Any, **kwargs: Any) -> bool:
+        if unreachable:
+            raise OperationalError("UPDATE training_jobs", {}, Exception("connection refused"))
+        return rewind(*args, **kwargs)
+
+    def stop_at_its_first_checkpoint() -> bool:
+        nonlocal unreachable
+        if kept(2):
+            unreachable = False  # the database answers again as the claim stops
+        return bool(kept(2))
+
+    monkeypatch.setattr(training_run, "rewind_checkpoint", blipped)
     with pytest.raises(JobInterrupted):  # starts over; stopped at its first checkpoint
-        run_training_job(queued.job_id, settings, "host-b:2", stop_requested=lambda: len(kept(2)) >= 1)
+        run_training_job(queued.job_id, settings, "host-b:2", stop_requested=stop_at_its_first_checkpoint)
 
     job, _ = queued.reload(session)
     assert job.checkpoint_path is not None and job.checkpoint_step is not None

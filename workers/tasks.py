@@ -84,6 +84,6 @@ def train(job_id: str) -> None:
         with training(picked):
             run_training_job(picked, settings, worker_id, stop_requested=_shutting_down.is_set)
     except JobInterrupted as interrupted:
-        # an expected end (celery logs a rejection with its traceback): not chained, so the log
-        # shows one short traceback rather than the whole trainer's stack below it
+        # an expected end: one INFO line without a traceback (_RequeueIsNotAWarning); not
+        # chained, so the Reject does not carry the whole trainer's stack with it
         raise Reject(str(interrupted), requeue=True) from None

@@ -180,7 +180,7 @@ class _JobRun:
         self._resume_unrecorded: int | None = None  # a resume whose record the database missed
         self._rewind_unrecorded: int | None = None  # likewise, a move of the pointer back to a step
         self._earlier_claims_dropped = False
-        self._published: Path | None = None  # the checkpoint last stored for every node
+        self._published: Path | None = None  # the checkpoint last stored for every node, this session
 
     def run(self) -> None:
         with self.sessions() as session:
@@ -399,7 +399,11 @@ class _JobRun:
                     step,
                 )
             self._resume_unrecorded = step
+        # a session after a start over may write a file under a name the last one stored (the
+        # same step): stored again, or the remote kept the discarded run's file under that name
+        self._published = None
         assert self.checkpoints is not None
+        _drop_skipped(self.checkpoints.workdir, step)
         if step < self.checkpoints.recorded:
             self._rewind_unrecorded = step
 
@@ -686,6 +690,16 @@ def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> i
         log.warning("job %s: recorded checkpoint %s is missing; starting over", context.job_id, recorded)
         return None
     return context.checkpoint_step
+
+
+def _drop_skipped(workdir: Path, step: int) -> None:
+    """Remove the checkpoints past ``step`` from ``workdir``, where a training session began at
+    ``step``: files the trainer found unusable and skipped. It removes them itself only at its
+    next save, and until then the watcher took the newest for a new checkpoint: it moved the
+    pointer back onto the unusable file, which that save then deleted."""
+    for version, path in list_checkpoints(workdir):
+        if version > step:
+            path.unlink(missing_ok=True)
 
 
 def _empty(folder: Path) -> None:

@@ -15,14 +15,21 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
 from service.artifacts import layout
+from service.models import TrainingJob
 from service.settings import Settings
 from tests.conftest import TenantHandle
+from trainer.checkpoint import checkpoint_path
+from trainer.errors import TrainingStopped
+from trainer.progress import Progress
+from workers import training_run
 from workers.training_run import JobInterrupted, run_training_job
 
 # The database is not what this test is about: SQLite only (the job protocol runs on both
@@ -195,3 +202,44 @@ def test_worker_nodes_resume_and_serve_through_s3_only(
     assert _remote_keys(s3_bucket, s3_endpoint, classifier_keys) == []
     dataset_key = f"taas/{layout.tenant_prefix(tenant.id)}/datasets/"
     assert _remote_keys(s3_bucket, s3_endpoint, dataset_key) == []
+
+
+def test_a_checkpoint_that_a_restarted_training_writes_again_under_its_name_is_stored_again(
+    client: TestClient,
+    tenant: TenantHandle,
+    node: Callable[[str], Settings],
+    session: Session,
+    tmp_path: Path,
+    s3_endpoint: str,
+    s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A training that diverged starts over at a lower rate and, the cadence being in updates,
+    writes its first checkpoint under the name of the diverged run's last one: a worker stores
+    each checkpoint once, and took it for stored already, so S3 kept the diverged file under the
+    name the pointer gave, and a resume on another node took up the run at the rate that had
+    diverged."""
+    _, job_id = _create(client, tenant, tmp_path, "restarted")
+
+    def diverges_once(data: object, *, workdir: Path, on_progress: Any, should_stop: Any, **_: Any) -> Any:
+        for run in (b"diverged", b"steadied"):  # the training, then its start over
+            for phase in ("preparing", "training"):
+                on_progress(Progress(phase, 1, 0, 8, None, 0.0, None, 0, 0, 1))
+            checkpoint = checkpoint_path(workdir, 4)
+            checkpoint.write_bytes(run)
+            time.sleep(1.1)  # the watcher lists the folder at least once a second
+            should_stop()
+            if run == b"diverged":
+                checkpoint.unlink()
+        raise TrainingStopped(4, str(checkpoint))
+
+    monkeypatch.setattr(training_run, "train", diverges_once)
+    with pytest.raises(JobInterrupted):
+        run_training_job(job_id, node("worker-a"), "node-a:1")
+
+    job = session.get(TrainingJob, job_id)
+    assert job is not None and job.checkpoint_path is not None
+    stored = boto3.client("s3", endpoint_url=s3_endpoint).get_object(
+        Bucket=s3_bucket, Key=f"taas/{job.checkpoint_path}"
+    )
+    assert stored["Body"].read() == b"steadied"

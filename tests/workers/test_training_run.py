@@ -19,6 +19,7 @@ from service.jobs import BackOff, claim_job, requeue_expired
 from service.models import ClassifierStatus, JobEvent, JobState
 from service.settings import Settings
 from service.store import ArtifactStore
+from trainer.checkpoint import load_verified
 from trainer.errors import NonFiniteLoss, TrainerError
 from trainer.inference import LoadedModel
 from workers import training_run
@@ -366,6 +367,45 @@ def test_a_claim_that_starts_over_points_the_job_at_its_own_checkpoints_at_once(
         select(JobEvent.step).where(JobEvent.job_id == queued.job_id, JobEvent.kind == "resumed")
     ).all()
     assert resumed == [job.checkpoint_step]  # the third claim resumed the second's work
+
+
+def test_a_claim_that_resumes_before_a_corrupt_checkpoint_never_records_the_corrupt_one(
+    queue_job: Callable[..., Any],
+    intents_csv: Path,
+    settings_factory: Callable[..., Settings],
+    session: Session,
+) -> None:
+    """The trainer skips an unusable newest checkpoint and resumes from the one before, but
+    leaves the file in place until its next save: the pointer, moved back to the one before,
+    was moved forward to the corrupt file at the watcher's next scan, and the next save removed
+    it, so the job named a checkpoint that was not there (and no new one below its step)."""
+    settings = settings_factory(redis_url=None, learners=1, checkpoint_every_updates=4)
+    queued = queue_job(intents_csv, settings)
+    store = ArtifactStore(settings.resolved_artifacts_dir())
+
+    def kept(claim: int) -> list[Path]:
+        return list(store.root.rglob(f"checkpoints/epoch-{claim}/ckpt-*.pt"))
+
+    with pytest.raises(JobInterrupted):  # shut down once the trainer keeps two checkpoints
+        run_training_job(queued.job_id, settings, "host-a:1", stop_requested=lambda: len(kept(1)) >= 2)
+    job, _ = queued.reload(session)
+    assert job.checkpoint_path is not None and job.checkpoint_step is not None
+    # the recorded checkpoint, some updates past the one kept before it, is found corrupt
+    older = job.checkpoint_step
+    corrupt = store.resolve(job.checkpoint_path).with_name(f"ckpt-{older + 20:012d}.pt")
+    corrupt.write_bytes(b"not a checkpoint")
+    job.checkpoint_path, job.checkpoint_step = store.relative(corrupt), older + 20
+    session.commit()
+
+    with pytest.raises(JobInterrupted):  # resumes from the one before, and stops at once
+        run_training_job(queued.job_id, settings, "host-b:2", stop_requested=lambda: True)
+
+    job, _ = queued.reload(session)
+    assert job.checkpoint_path is not None and job.checkpoint_step is not None
+    assert older <= job.checkpoint_step < older + 20
+    pointer = store.resolve(job.checkpoint_path)
+    assert pointer.parent.name == "epoch-2" and pointer.is_file()
+    assert load_verified(pointer)["version"] == job.checkpoint_step
 
 
 def test_a_worker_whose_store_lacks_the_dataset_says_so_to_the_operator_and_the_tenant(

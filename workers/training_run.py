@@ -34,6 +34,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -677,19 +678,26 @@ def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> i
     seeded = 0
     for source in _kept_with(store, recorded):
         target = workdir / source.name
-        try:
-            fetched = store.fetch(source)  # a store that does not answer is raised: the attempt waits
+        try:  # a store that does not answer is raised: the attempt waits for it
+            read_fetched(store.fetch, source, partial(_link_or_copy, target=target))
         except FileNotFoundError:
             continue
-        try:
-            os.link(fetched, target)
-        except OSError:
-            shutil.copyfile(fetched, target)
         seeded += 1
     if not seeded:
         log.warning("job %s: recorded checkpoint %s is missing; starting over", context.job_id, recorded)
         return None
     return context.checkpoint_step
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """``target`` the same file as ``source``: a hard link, or a copy across file systems;
+    FileNotFoundError when ``source`` is gone."""
+    try:
+        os.link(source, target)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _drop_skipped(workdir: Path, step: int) -> None:

@@ -16,8 +16,10 @@ import pytest
 
 from service.artifacts import ArtifactBackend, StoreUnavailable, layout, open_backend
 from service.artifacts.s3 import S3ArtifactStore, parse_s3_url
+from service.jobs import JobContext
 from service.settings import Settings
 from service.store import ArtifactStore
+from workers import training_run
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -299,3 +301,50 @@ def test_a_worker_node_drops_dataset_and_checkpoint_copies_untouched_lately(
     assert (store.fetch(old_claim / "ckpt-4.pt")).read_bytes() == b"w"  # back from S3 on a resume
     assert ArtifactStore(tmp_path / "node").sweep_work_copies(0) == 0  # without S3 it is the store
     assert new_data.is_file()
+
+
+def test_a_resume_seeds_its_folder_from_s3_when_the_local_copy_goes_under_it(
+    tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker process sharing the node's root may drop an old local copy (its sweep of
+    work copies) between this one's fetch and its link: the seed failed with FileNotFoundError,
+    a failed attempt, where S3 had the file all along."""
+    settings = Settings(
+        data_dir=tmp_path / "var",
+        artifacts_url=f"s3://{s3_bucket}/taas",
+        s3_endpoint_url=s3_endpoint,
+        s3_addressing_style="path",
+    )
+    store = ArtifactStore(tmp_path / "node", open_backend(settings))
+    folder = store.checkpoint_dir("t1", "c1", 1)
+    recorded = folder / "epoch-1" / "ckpt-8.pt"
+    recorded.parent.mkdir(parents=True)
+    recorded.write_bytes(b"state")
+    store.publish(recorded)
+    link, swept = training_run._link_or_copy, []
+
+    def swept_first(source: Path, target: Path) -> None:
+        if not swept:
+            swept.append(source)
+            store.drop_local(source)  # the other process's sweep, just after this one's fetch
+        link(source, target)
+
+    monkeypatch.setattr(training_run, "_link_or_copy", swept_first)
+    context = JobContext(
+        job_id="j1",
+        tenant_id="t1",
+        classifier_id="c1",
+        version=1,
+        multi_label=False,
+        state="training",
+        epoch=2,
+        attempts=2,
+        dataset_path=None,
+        checkpoint_dir=store.relative(folder),
+        checkpoint_path=store.relative(recorded),
+        checkpoint_step=8,
+    )
+    workdir = folder / "epoch-2"
+
+    assert training_run._seed_workdir(store, context, workdir) == 8
+    assert (workdir / "ckpt-8.pt").read_bytes() == b"state"

@@ -75,7 +75,7 @@ from trainer.ps import counters as C
 from trainer.ps.cuda import StreamPool, cuda_learners
 from trainer.ps.graph import GraphPool
 from trainer.ps.learner import ShardData
-from trainer.ps.pool import InProcessPool, ProcessPool, RoundResult, SuspectState
+from trainer.ps.pool import InProcessPool, ProcessPool, RoundResult, SuspectState, forgetting_freed_storages
 from trainer.ps.server import OptimizerConfig, ParameterServer
 from trainer.ps.stripes import default_stripes
 from trainer.step import DataCursor, TextClassifierTask, epoch_updates, model_parameters, multi_label_loss
@@ -485,7 +485,7 @@ def train(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
         raise TrainerError(f"device {device!r} is not available here")
-    with _single_threaded():
+    with _single_threaded(), forgetting_freed_storages():
         for attempt in range(MAX_RESTARTS + 1):
             try:
                 return _train_steadied(

@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from torch.multiprocessing.reductions import shared_cache
 
 from trainer.data import LabelledData
 from trainer.engine import Progress, auto_learners, default_learners, train
@@ -224,6 +225,22 @@ def test_two_learners_train_long_texts_of_a_small_vocabulary(tmp_path: Path, fix
 
     assert result.learners == 2 and result.ps["respawns"] == 0
     assert result.applied_updates == planned_updates(len(data), fixed_plan, 2)
+
+
+def test_a_two_learner_run_leaves_no_freed_storage_in_torchs_shared_cache(
+    tmp_path: Path, small_data: LabelledData, fixed_plan: HParams
+) -> None:
+    """Handing the learners their tensors records every storage in torch's shared_cache under
+    a weak reference; once the run freed them, 16 expired entries a run stayed until torch's own
+    sweep at 128, each keeping a freed tensor's heap block from reuse (a worker's memory grew
+    by the parameters' size at every K > 1 job: trainer.ps.pool.forgetting_freed_storages)."""
+    hparams = dataclasses.replace(fixed_plan, cross_fit_folds=0)
+    for run in ("first", "second"):
+        train(
+            small_data, workdir=tmp_path / run, out_dir=tmp_path / f"{run}-model", hparams=hparams, learners=2
+        )
+
+    assert [key for key, ref in list(shared_cache.items()) if ref.expired()] == []
 
 
 def test_the_progress_total_is_the_updates_the_learners_make(tmp_path: Path, fixed_plan: HParams) -> None:

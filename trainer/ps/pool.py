@@ -16,12 +16,14 @@ go/parked semaphores; ``trainer.ps.cuda.StreamPool`` runs them as CUDA streams, 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import shared_cache
 
 from trainer.errors import TrainerError
 from trainer.processes import start_fork_server, trainer_context
@@ -50,6 +52,27 @@ class RoundResult:
     loss_sum: float
     loss_count: int
     nonfinite: float | None  # a non-finite loss met by some learner (never pushed)
+
+
+@contextmanager
+def forgetting_freed_storages() -> Iterator[None]:
+    """Run the block, then drop from torch's cache the storages this process shared and has
+    freed since (a training's, once it has returned).
+
+    Handing the learners their tensors (``ProcessPool.start``) records each shared storage in
+    ``torch.multiprocessing.reductions.shared_cache`` under a weak reference, and torch drops
+    the expired ones only when the cache passes 128 entries (a K = 2 training adds 16). Each
+    expired entry keeps its storage's C++ object allocated, right after the heap block the
+    tensor held before ``share_memory_()`` copied it to shared memory; glibc's memalign
+    asks for more than that block (glibc bug 14581; 2.36 here), so no tensor of the same size
+    reused it, and a worker grew by 16 to 24 MB at every K > 1 job of 2,000 rows until torch's
+    sweep (docs/reliability.md).
+    """
+    try:
+        yield
+    finally:
+        with shared_cache.lock:
+            shared_cache.free_dead_references()
 
 
 def _losses_tensor(learners: int, shared: bool) -> torch.Tensor:

@@ -167,18 +167,17 @@ def test_a_tenant_holding_both_slots_gives_one_to_a_tenant_that_arrives(
     )
     events = _timeline(session, a_jobs)
     yielded = _yielded(events)
-    # on failure, every job's events in time order, B's included: who held which slot when
-    story = [
-        (f"{e.at:%H:%M:%S.%f}", e.job_id[:8], e.kind, e.detail)
-        for e in _timeline(session, [*a_jobs, single.job_id])
-    ]
-    assert len(yielded) == 1, story
+    logs = "".join(path.read_text() for path in sorted(tmp_path.glob("worker-*.log")))
+    if len(yielded) != 1:  # a rare failure not yet explained: printed whole (an assertion's is cut)
+        for e in _timeline(session, [*a_jobs, single.job_id]):
+            print(f"{e.at:%H:%M:%S.%f}", e.job_id[:8], e.kind, e.epoch, e.worker_id, e.step, e.detail)
+        print(logs)
+    assert len(yielded) == 1, f"{len(yielded)} yields: the jobs' events and the workers' logs are printed"
     timeline = [e.kind for e in events if e.job_id == yielded[0]]
     after = timeline[timeline.index("queued", 1) :]  # from its release on
     assert after[:3] == ["queued", "claimed", "resumed"] and after[-1] == "done", timeline
     # the release is news, not trouble: one INFO line, where Celery's policy is a WARNING and
     # a traceback for every Reject
-    logs = "".join(path.read_text() for path in tmp_path.glob("worker-*.log"))
     rejected = [line for line in logs.splitlines() if "] reject requeue=True: " in line]
     assert len(rejected) == 1 and "INFO/" in rejected[0] and "holding fewer" in rejected[0], logs
     assert "Traceback" not in logs, logs

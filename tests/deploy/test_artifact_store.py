@@ -223,16 +223,21 @@ def test_s3_check_fails_on_a_missing_bucket(s3_endpoint: str, aws_env: dict[str,
         store.check()
 
 
-def test_a_node_drops_model_copies_not_loaded_lately_and_nothing_else(
-    tmp_path: Path, s3_endpoint: str, s3_bucket: str
-) -> None:
+@pytest.fixture
+def store(tmp_path: Path, s3_endpoint: str, s3_bucket: str) -> ArtifactStore:
+    """A node's artifact store: its own folder, with the test bucket as the remote."""
     settings = Settings(
         data_dir=tmp_path / "var",
         artifacts_url=f"s3://{s3_bucket}/taas",
         s3_endpoint_url=s3_endpoint,
         s3_addressing_style="path",
     )
-    store = ArtifactStore(tmp_path / "node", open_backend(settings))
+    return ArtifactStore(tmp_path / "node", open_backend(settings))
+
+
+def test_a_node_drops_model_copies_not_loaded_lately_and_nothing_else(
+    tmp_path: Path, store: ArtifactStore
+) -> None:
     stale, fresh = (store.model_dir("t1", c, 1) / "epoch-1" for c in ("c1", "c2"))
     checkpoints = store.checkpoint_dir("t1", "c1", 1) / "epoch-1"
     for folder in (stale, fresh, checkpoints):
@@ -266,17 +271,10 @@ def test_s3_delete_prefix_raises_on_objects_s3_kept() -> None:
 
 
 def test_a_worker_node_drops_dataset_and_checkpoint_copies_untouched_lately(
-    tmp_path: Path, s3_endpoint: str, s3_bucket: str
+    tmp_path: Path, store: ArtifactStore
 ) -> None:
     """A job whose attempt failed or stopped on this node, then succeeded on another, Failed or
     was deleted, left its dataset copy and checkpoints on this node's disk for good."""
-    settings = Settings(
-        data_dir=tmp_path / "var",
-        artifacts_url=f"s3://{s3_bucket}/taas",
-        s3_endpoint_url=s3_endpoint,
-        s3_addressing_style="path",
-    )
-    store = ArtifactStore(tmp_path / "node", open_backend(settings))
     old_data, new_data = (store.dataset_path("t1", d) for d in ("d1", "d2"))
     old_claim, training = (store.checkpoint_dir("t1", c, 1) / "epoch-1" for c in ("c1", "c2"))
     model = store.model_dir("t1", "c1", 1) / "epoch-1"
@@ -304,24 +302,18 @@ def test_a_worker_node_drops_dataset_and_checkpoint_copies_untouched_lately(
 
 
 def test_a_resume_seeds_its_folder_from_s3_when_the_local_copy_goes_under_it(
-    tmp_path: Path, s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: ArtifactStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another worker process sharing the node's root may drop an old local copy (its sweep of
     work copies) between this one's fetch and its link: the seed failed with FileNotFoundError,
     a failed attempt, where S3 had the file all along."""
-    settings = Settings(
-        data_dir=tmp_path / "var",
-        artifacts_url=f"s3://{s3_bucket}/taas",
-        s3_endpoint_url=s3_endpoint,
-        s3_addressing_style="path",
-    )
-    store = ArtifactStore(tmp_path / "node", open_backend(settings))
     folder = store.checkpoint_dir("t1", "c1", 1)
     recorded = folder / "epoch-1" / "ckpt-8.pt"
     recorded.parent.mkdir(parents=True)
     recorded.write_bytes(b"state")
     store.publish(recorded)
-    link, swept = training_run._link_or_copy, []
+    link = training_run._link_or_copy
+    swept: list[Path] = []
 
     def swept_first(source: Path, target: Path) -> None:
         if not swept:

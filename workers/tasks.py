@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from celery.exceptions import Reject
 from celery.signals import worker_shutting_down
 
-from service.db import make_engine, session_factory
+from service.db import session_factory, shared_engine
 from service.queue import TRAIN_TASK
 from service.scheduling import reserve_fair_job
 from service.settings import get_settings
@@ -67,14 +67,10 @@ def train(job_id: str) -> None:
     """
     settings = get_settings()
     worker_id = worker_identity()
-    engine = make_engine(settings)
-    try:
-        with session_factory(engine)() as session:
-            picked = reserve_fair_job(
-                session, worker_id, now=datetime.now(UTC), hold=timedelta(seconds=settings.lease_seconds)
-            )
-    finally:
-        engine.dispose()
+    with session_factory(shared_engine(settings))() as session:
+        picked = reserve_fair_job(
+            session, worker_id, now=datetime.now(UTC), hold=timedelta(seconds=settings.lease_seconds)
+        )
     if picked is None:
         log.info("message for job %s: nothing claimable", job_id)
         return

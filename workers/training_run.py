@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service import history
 from service.artifacts import StoreUnavailable
-from service.db import make_engine, session_factory
+from service.db import session_factory, shared_engine
 from service.invalidation import announce
 from service.jobs import (
     BackOff,
@@ -130,11 +130,7 @@ def run_training_job(
     checkpoints, the job is released and :class:`JobInterrupted` is raised. Database errors
     propagate (the job's lease then expires and the reconciler requeues it).
     """
-    engine = make_engine(settings)
-    try:
-        _JobRun(job_id, settings, worker_id, session_factory(engine), stop_requested).run()
-    finally:
-        engine.dispose()
+    _JobRun(job_id, settings, worker_id, session_factory(shared_engine(settings)), stop_requested).run()
 
 
 def operator_hparams(settings: Settings) -> HParams:

@@ -13,13 +13,12 @@ training job, and a training worker never runs one.
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
 
 from celery import Task
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import webhooks
-from service.db import make_engine, session_factory
+from service.db import session_factory, shared_engine
 from service.queue import WEBHOOK_QUEUE, WEBHOOK_TASK
 from service.settings import get_settings
 from workers.app import celery_app
@@ -58,7 +57,6 @@ def deliver_webhook(self: Task, event_id: str, put_offs: int = 0) -> None:
         raise self.retry(countdown=attempted.retry_in, kwargs={"put_offs": 0})
 
 
-@lru_cache(maxsize=1)
 def _sessions() -> sessionmaker[Session]:
-    # One engine per process, its pool shared by the delivery threads, not one per task.
-    return session_factory(make_engine(get_settings()))
+    # one engine per process, its pool shared by the delivery threads, not one per task
+    return session_factory(shared_engine(get_settings()))

@@ -147,7 +147,8 @@ class ArtifactStore(TreeOps):
         so that a retry here resumes without a download, and drops them when the job succeeds
         here; a job that then succeeded on another node, Failed or was deleted left them on
         this disk for ever. The remote holds each one still wanted (a resume fetches it again).
-        A training job writes a checkpoint a minute, so a folder in use is never this old.
+        A training job touches its checkpoint folder as it reports progress (about once a
+        second), so a folder in use is never this old, whatever the checkpoint cadence.
         """
         if self.remote is None:
             return 0
@@ -396,12 +397,11 @@ class ArtifactStore(TreeOps):
 
 
 def _last_touched(path: Path) -> float:
-    """The newest modification time of ``path``, or of a folder and the files in it."""
+    """The newest modification time of ``path``, or of a folder and everything in it (a
+    training job touches its checkpoint folder with each progress report)."""
     if not path.is_dir():
         return path.stat().st_mtime
-    return max(
-        [path.stat().st_mtime, *(entry.stat().st_mtime for entry in path.rglob("*") if entry.is_file())]
-    )
+    return max([path.stat().st_mtime, *(entry.stat().st_mtime for entry in path.rglob("*"))])
 
 
 def read_fetched(fetch: Callable[[Path], Path], path: Path, read: Callable[[Path], T]) -> T:

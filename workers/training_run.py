@@ -26,6 +26,7 @@ job).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -368,6 +369,11 @@ class _JobRun:
         if not phase_changed and clock - self._last_progress < self.settings.progress_every_seconds:
             return
         self._last_phase, self._last_progress = progress.phase, clock
+        # in use, whenever the last checkpoint was written: a process sharing this root sweeps
+        # the checkpoint folders untouched for the copy age (ArtifactStore.sweep_work_copies)
+        if self.checkpoints is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(self.checkpoints.workdir)
         # at the start of training, or with a later progress report when the database missed it
         if self._rewind_unrecorded is not None:
             self._rewind_pointer(self._rewind_unrecorded)

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from service.artifacts import layout
 from service.models import TrainingJob
 from service.settings import Settings
+from service.store import ArtifactStore
 from tests.conftest import TenantHandle
 from trainer.checkpoint import checkpoint_path
 from trainer.errors import TrainingStopped
@@ -243,3 +244,40 @@ def test_a_checkpoint_that_a_restarted_training_writes_again_under_its_name_is_s
         Bucket=s3_bucket, Key=f"taas/{job.checkpoint_path}"
     )
     assert stored["Body"].read() == b"steadied"
+
+
+def test_a_training_that_writes_no_checkpoint_for_the_copy_age_keeps_its_folder(
+    client: TestClient,
+    tenant: TenantHandle,
+    node: Callable[[str], Settings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another worker process on this node's root drops the checkpoint folders untouched for
+    the copy age as it starts a job. A folder counted as in use only while checkpoints landed
+    in it, so a cadence as long as that age (an operator's TAAS_CHECKPOINT_EVERY_SECONDS) lost
+    a running job's folder under it."""
+    _, job_id = _create(client, tenant, tmp_path, "long")
+    worker = node("worker-a")
+    sibling = ArtifactStore.open(worker)  # another worker process sharing the node's root
+    kept: list[bool] = []
+
+    def trains_long(data: object, *, workdir: Path, on_progress: Any, should_stop: Any, **_: Any) -> Any:
+        for phase in ("preparing", "training"):
+            on_progress(Progress(phase, 1, 0, 8, None, 0.0, None, 0, 0, 1))
+        checkpoint = checkpoint_path(workdir, 4)
+        checkpoint.write_bytes(b"w")
+        long_ago = time.time() - 2 * worker.model_copy_max_age_seconds
+        for path in (workdir.parent, workdir, checkpoint):  # the last checkpoint, long ago
+            os.utime(path, (long_ago, long_ago))
+        time.sleep(1.1)  # a progress report a second
+        on_progress(Progress("training", 1, 5, 8, None, 0.0, None, 1, 0, 1))
+        sibling.sweep_work_copies(worker.model_copy_max_age_seconds)
+        kept.append(checkpoint.is_file())
+        should_stop()
+        raise TrainingStopped(4, str(checkpoint))
+
+    monkeypatch.setattr(training_run, "train", trains_long)
+    with pytest.raises(JobInterrupted):
+        run_training_job(job_id, worker, "node-a:1")
+    assert kept == [True]

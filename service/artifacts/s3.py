@@ -84,8 +84,7 @@ class S3ArtifactStore(TreeOps):
                 self.client.head_bucket(Bucket=self.bucket)
         except StoreUnavailable as error:
             # HEAD replies have no body: botocore says only "Not Found" or "Forbidden"
-            code = str(getattr(error.__cause__, "response", {}).get("Error", {}).get("Code"))
-            problem = _BUCKET_PROBLEMS.get(code, str(error.__cause__))
+            problem = _BUCKET_PROBLEMS.get(str(_code(error.__cause__)), str(error.__cause__))
             raise StoreUnavailable(
                 f"artifact bucket {self.describe()} is not reachable: {problem}"
             ) from error
@@ -172,9 +171,21 @@ class S3ArtifactStore(TreeOps):
         try:
             yield
         except (BotoCoreError, ClientError, Boto3Error) as error:
-            if key is not None and _is_not_found(error):
+            if key is not None and _is_not_found(error) and self._bucket_answers(error):
                 raise FileNotFoundError(f"no artifact {key!r} in {self.describe()}") from error
             raise StoreUnavailable(f"artifact store {self.describe()}: {error}") from error
+
+    def _bucket_answers(self, not_found: Exception) -> bool:
+        """Whether a "not found" is the object's: a HEAD (a download's first request) answers a
+        bare 404 for a missing bucket too, and a bucket deleted under a running node made every
+        dataset "missing", each job failing its attempts instead of waiting for the store."""
+        if _code(not_found) != "404":  # a GET names it: NoSuchKey, or NoSuchBucket
+            return True
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception:  # any answer but the bucket's is the store's trouble
+            return False
+        return True
 
     def _key(self, key: str) -> str:
         check_key(key)
@@ -187,7 +198,12 @@ class S3ArtifactStore(TreeOps):
 
 
 def _is_not_found(error: Exception) -> bool:
+    return _code(error) in _NOT_FOUND
+
+
+def _code(error: BaseException | None) -> str | None:
+    """S3's error code in a botocore ClientError (``"404"`` alone for a HEAD), else None."""
     response = getattr(error, "response", None)
     if not isinstance(response, dict):
-        return False
-    return str(response.get("Error", {}).get("Code")) in _NOT_FOUND
+        return None
+    return str(response.get("Error", {}).get("Code"))

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
+import boto3
 import pytest
 
 from service.artifacts import ArtifactBackend, StoreUnavailable, layout, open_backend
@@ -340,3 +341,22 @@ def test_a_resume_seeds_its_folder_from_s3_when_the_local_copy_goes_under_it(
 
     assert training_run._seed_workdir(store, context, workdir) == 8
     assert (workdir / "ckpt-8.pt").read_bytes() == b"state"
+
+
+def test_s3_a_bucket_deleted_under_a_running_node_is_an_unavailable_store_not_a_missing_object(
+    s3_endpoint: str, s3_bucket: str, tmp_path: Path
+) -> None:
+    """A download starts with a HEAD, which answers a bare 404 for a missing bucket as for a
+    missing object: every dataset was "missing", and each job failed its attempts."""
+    store = S3ArtifactStore(f"s3://{s3_bucket}/p", endpoint_url=s3_endpoint, addressing_style="path")
+    with pytest.raises(FileNotFoundError):  # the bucket is there: the object is missing
+        store.download("tenants/t/datasets/d.csv", tmp_path / "d.csv")
+    boto3.client("s3", endpoint_url=s3_endpoint).delete_bucket(Bucket=s3_bucket)
+
+    for fetch in (
+        lambda: store.download("tenants/t/datasets/d.csv", tmp_path / "d.csv"),
+        lambda: store.get_bytes("tenants/t/datasets/d.csv"),
+        lambda: store.exists("tenants/t/datasets/d.csv"),
+    ):
+        with pytest.raises(StoreUnavailable):
+            fetch()

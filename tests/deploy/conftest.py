@@ -1,5 +1,5 @@
 """Fixtures for the deployment checks: a real S3-compatible server (moto in server mode, a
-subprocess on a free loopback port) and fake AWS credentials for it."""
+subprocess on a free loopback port), fake AWS credentials for it, and a node's settings on it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+
+from service.settings import Settings
 
 # Fake credentials for the local S3 server, given the standard AWS way (environment variables).
 S3_ENV = {
@@ -84,3 +87,22 @@ def s3_bucket(s3_endpoint: str, aws_env: dict[str, str]) -> str:
     name = f"taas-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def s3_node_settings(
+    settings_factory: Callable[..., Settings], s3_endpoint: str, s3_bucket: str
+) -> Callable[..., Settings]:
+    """``s3_node_settings(**overrides)``: a node's settings whose artifact store is the test
+    bucket (no broker)."""
+
+    def make(**overrides: Any) -> Settings:
+        return settings_factory(
+            redis_url=None,
+            artifacts_url=f"s3://{s3_bucket}/taas",
+            s3_endpoint_url=s3_endpoint,
+            s3_addressing_style="path",
+            **overrides,
+        )
+
+    return make

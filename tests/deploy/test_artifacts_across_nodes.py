@@ -45,19 +45,13 @@ _PLACES = ["paris", "berlin", "tokyo", "lima", "oslo", "cairo", "quito", "perth"
 
 
 @pytest.fixture
-def node(
-    settings_factory: Callable[..., Settings], tmp_path: Path, s3_endpoint: str, s3_bucket: str
-) -> Callable[[str], Settings]:
+def node(s3_node_settings: Callable[..., Settings], tmp_path: Path) -> Callable[[str], Settings]:
     """``node(name)``: settings of one node, with its own data dir and the shared bucket."""
 
     def make(name: str) -> Settings:
-        return settings_factory(
-            redis_url=None,
+        return s3_node_settings(
             data_dir=tmp_path / name,
             artifacts_dir=tmp_path / name / "artifacts",
-            artifacts_url=f"s3://{s3_bucket}/taas",
-            s3_endpoint_url=s3_endpoint,
-            s3_addressing_style="path",
             learners=1,
             checkpoint_every_updates=4,
             reconcile_every_seconds=0.2,  # the API node's local sweeper runs this often

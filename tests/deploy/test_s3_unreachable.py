@@ -40,16 +40,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def settings(
-    settings_factory: Callable[..., Settings], tmp_path: Path, s3_endpoint: str, s3_bucket: str
-) -> Settings:
+def settings(s3_node_settings: Callable[..., Settings]) -> Settings:
     """An API node whose artifact store is the bucket (the ``client`` fixture builds on these)."""
-    return settings_factory(
-        redis_url=None,
-        artifacts_url=f"s3://{s3_bucket}/taas",
-        s3_endpoint_url=s3_endpoint,
-        s3_addressing_style="path",
-    )
+    return s3_node_settings()
 
 
 def _free_port() -> int:

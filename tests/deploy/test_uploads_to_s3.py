@@ -45,17 +45,9 @@ DATASET_CSV = b"text,label\n" + b"".join(
 
 
 @pytest.fixture
-def settings(
-    settings_factory: Callable[..., Settings], tmp_path: Path, s3_endpoint: str, s3_bucket: str
-) -> Settings:
+def settings(s3_node_settings: Callable[..., Settings]) -> Settings:
     """An API node whose artifact store is the bucket (the ``client`` fixture builds on these)."""
-    return settings_factory(
-        redis_url=None,
-        artifacts_url=f"s3://{s3_bucket}/taas",
-        s3_endpoint_url=s3_endpoint,
-        s3_addressing_style="path",
-        reconcile_every_seconds=0.1,  # the staging sweep's period
-    )
+    return s3_node_settings(reconcile_every_seconds=0.1)  # the staging sweep's period
 
 
 def _tenant_lock_is_free(database_url: str, tenant_id: str) -> bool:

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, Subquery, and_, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, ScalarSelect, Subquery, and_, func, select
+from sqlalchemy.orm import Session, aliased
 
 from service.jobs import claimable, reserve_job
 from service.models import JobState, TrainingJob
@@ -85,30 +85,60 @@ def should_yield(session: Session, job_id: str, *, now: datetime) -> bool:
     training jobs (so a tenant gives back one slot at a time). Moving that one slot makes the
     split more even, and the same rule cannot move it back, so jobs do not ping-pong; with a
     gap of one (one slot in all, or a split as even as whole slots allow) nothing yields.
+
+    The decision is ONE statement, so its three facts (the slots held, the newest job, the
+    fewest held by a waiting tenant) come from one snapshot. As three statements (PostgreSQL's
+    READ COMMITTED, and SQLite's SELECTs, which run outside a transaction, take a snapshot per
+    statement) a check of a tenant's older job could count two slots before its newest job's
+    release committed and find itself the newest after it: both jobs yielded where one evened
+    the split, and the older one checkpointed and started over for nothing.
     """
     try:
-        mine = session.scalar(select(TrainingJob.tenant_id).where(TrainingJob.id == job_id))
-        if mine is None:
+        mine = _tenant_of(job_id)
+        held = _held_by(mine, now)
+        # the common case, one cheap count: nothing to give back (a count this stale only
+        # rules a yield out, and the next check, a heartbeat later, reads again)
+        if (session.scalar(select(held)) or 0) < 2:
             return False
-        held = session.scalar(select(func.count()).where(_holding(now), TrainingJob.tenant_id == mine)) or 0
-        if held < 2:  # the common case: nothing to give back, and no more queries
-            return False
-        youngest = session.scalar(
+        youngest = (
             select(TrainingJob.id)
             .where(_holding(now), TrainingJob.tenant_id == mine, TrainingJob.state == JobState.TRAINING.value)
             .order_by(TrainingJob.started_at.desc(), TrainingJob.id.desc())
             .limit(1)
+            .scalar_subquery()
+            .correlate(None)
         )
         slots = _slots(now)
-        fewest_waiting = session.scalar(
+        fewest_waiting = (
             select(func.min(func.coalesce(slots.c.n, 0)))
             .select_from(TrainingJob)
             .outerjoin(slots, slots.c.tenant_id == TrainingJob.tenant_id)
             .where(claimable(now), TrainingJob.tenant_id != mine)
+            .scalar_subquery()
+            .correlate(None)
         )
-        return youngest == job_id and fewest_waiting is not None and fewest_waiting + 2 <= held
+        facts = session.execute(select(held, youngest, fewest_waiting)).one()  # one snapshot
+        held_now, youngest_now, fewest_now = facts[0] or 0, facts[1], facts[2]
+        return youngest_now == job_id and fewest_now is not None and fewest_now + 2 <= held_now
     finally:
         session.rollback()  # a read only
+
+
+def _tenant_of(job_id: str) -> ScalarSelect[str]:
+    """The tenant of job ``job_id``, as a scalar subquery that no enclosing query correlates."""
+    job = aliased(TrainingJob)
+    return select(job.tenant_id).where(job.id == job_id).scalar_subquery().correlate(None)
+
+
+def _held_by(tenant: ScalarSelect[str], now: datetime) -> ScalarSelect[int]:
+    """The slots ``tenant`` holds at ``now``, as a scalar subquery."""
+    return (
+        select(func.count())
+        .select_from(TrainingJob)
+        .where(_holding(now), TrainingJob.tenant_id == tenant)
+        .scalar_subquery()
+        .correlate(None)
+    )
 
 
 def reserve_fair_job(session: Session, worker_id: str, *, now: datetime, hold: timedelta) -> str | None:

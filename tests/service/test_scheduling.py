@@ -13,11 +13,12 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import jobs
@@ -287,3 +288,42 @@ def test_nothing_yields_with_one_slot_or_a_reserved_waiter(db: Session) -> None:
     [newest] = _training(db, "A", 1, now)
     assert jobs.reserve_job(db, b_job, "w-b", now=now, hold=LEASE)  # a free worker took B's job
     assert not should_yield(db, newest.job_id, now=now)  # B holds a slot already: 1 against 2
+
+
+def test_an_older_job_does_not_yield_on_a_count_made_before_the_newest_one_yielded(
+    sessions: sessionmaker[Session], db: Session
+) -> None:
+    """A's two jobs hold both slots and B waits: the newest yields. Its release commits while
+    the older one's check is under way, after that check counted A's slots (two) and before
+    it looked for A's newest job (now the older one itself). A check reading each fact at its
+    own moment found a tenant holding two, whose newest job it was, and a tenant waiting with
+    none: the older job yielded too, and A held no slot at all (the worker test's rare two
+    yields). One snapshot sees either both jobs training (not the newest) or one (nothing to
+    give back)."""
+    t0 = utcnow()
+    older, newest = _training(db, "A", 2, t0)
+    now = t0 + timedelta(seconds=5)
+    _queue(db, "B", 1, now)
+    assert _yields(db, older, newest, now=now) == (False, True)
+
+    fired, released = threading.Event(), list[bool]()
+
+    def release_between_statements(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        # after the check's first statement that counts slots: the newest job's release lands
+        # (its own statements come back here, on the same engine: hence the event set first)
+        if not fired.is_set() and "count(" in statement.lower():
+            fired.set()
+            with sessions() as other:
+                why = "to a tenant holding fewer slots"
+                released.append(jobs.release_job(other, newest, now=now, why=why))
+
+    engine = db.get_bind()
+    event.listen(engine, "after_cursor_execute", release_between_statements)
+    try:
+        older_yields = should_yield(db, older.job_id, now=now)
+    finally:
+        event.remove(engine, "after_cursor_execute", release_between_statements)
+
+    assert released == [True]  # the release did land while the check ran
+    assert not older_yields  # A holds one slot now, B none: a gap of one, nothing to give back
+    assert _yields(db, older, now=now) == (False,)

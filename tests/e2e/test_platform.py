@@ -121,6 +121,23 @@ def test_sigterm_stops_every_child_and_a_second_up_trains_what_the_first_queued(
     wait_until(lambda: not platform.still_running(children), timeout=15, message="children stopped")
 
 
+def test_sighup_of_a_closed_terminal_stops_every_child_in_order(
+    platform_factory: Callable[..., Any], wait_until: Callable[..., Any]
+) -> None:
+    """SIGHUP's default action ended `taas up` at once, and the kernel then stopped every child
+    together: Redis went while the workers were putting their jobs back on the queue."""
+    platform = platform_factory(workers=0)
+    platform.start()
+    children = platform.process_tree()
+    assert platform.process is not None
+
+    platform.process.send_signal(signal.SIGHUP)
+
+    assert platform.process.wait(timeout=90) == 0, platform.output()
+    assert "received SIGHUP, stopping" in platform.output()
+    wait_until(lambda: not platform.still_running(children), timeout=15, message="children stopped")
+
+
 def _assert_the_embedded_redis_wants_its_password(data_dir: Path, pids: set[int]) -> None:
     """Every process on the host reaches loopback; only this user reads the password's file."""
     assert stat.S_IMODE((data_dir / "redis" / "auth.conf").stat().st_mode) == 0o600

@@ -6,10 +6,12 @@ a worker told to change what taas fixes, an external Redis that does not answer.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,6 +166,45 @@ def test_up_refuses_an_external_redis_that_does_not_answer(tmp_path: Path) -> No
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: cannot reach Redis at redis://127.0.0.1:")
     assert "secret" not in result.stderr
+
+
+def test_up_does_not_take_a_server_that_took_its_port_after_the_check_for_its_api(tmp_path: Path) -> None:
+    """The port is free when `up` checks it; a server that took it before the API bound it (another
+    `taas up` on another data dir, started at the same moment) answered for the API, and `up`
+    said it was up, printing its admin key for that server, while its own API could not bind."""
+    port = free_port()
+    squatter = http.server.HTTPServer(
+        ("127.0.0.1", port), http.server.BaseHTTPRequestHandler, bind_and_activate=False
+    )
+    squatter.allow_reuse_address = True  # bound, not yet listening: `up`'s check passes
+    squatter.server_bind()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TAAS_")}
+    up = subprocess.Popen(
+        [TAAS, "up", "--port", str(port), "--data-dir", str(tmp_path / "var"), "--workers", "0"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert up.stdout is not None
+        for line in up.stdout:
+            if line.startswith("started api"):
+                break
+        squatter.server_activate()  # listening before the API has imported itself
+        threading.Thread(target=squatter.serve_forever, daemon=True).start()
+
+        output, _ = up.communicate(timeout=120)
+    finally:
+        squatter.shutdown()
+        squatter.server_close()
+        if up.poll() is None:
+            up.terminate()
+            up.wait(timeout=90)
+
+    assert up.returncode == 1, output
+    assert "taas is up" not in output and "admin key" not in output
+    assert "error: api exited with status" in output
 
 
 @pytest.fixture

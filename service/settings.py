@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy import URL
 
 TRAINER_MAX_TEXT_CHARS = 4096  # trainer.data.MAX_TEXT_CHARS (importing it here would load torch)
 # The admin key is the one key an operator chooses; tenants' keys and the generated admin key are
@@ -279,10 +280,16 @@ class Settings(BaseSettings):
         return most
 
     def resolved_database_url(self) -> str:
-        """The database URL in force: the setting, or SQLite in the data dir."""
+        """The database URL in force: the setting, or SQLite in the data dir.
+
+        The path is percent-encoded where a URL would read it otherwise: in a data dir named
+        ``run?2`` the database was ``run`` beside it (the rest taken for a query), shared by
+        every ``run?N``; in ``100%41`` it was in ``100A``.
+        """
         if self.database_url:
             return self.database_url
-        return f"sqlite:///{(self.data_dir / 'taas.db').resolve()}"
+        path = str((self.data_dir / "taas.db").resolve())
+        return URL.create("sqlite", database=path).render_as_string(hide_password=False)
 
     def resolved_artifacts_dir(self) -> Path:
         """The artifact root in force: the setting, or ``data_dir/artifacts``."""

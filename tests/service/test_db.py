@@ -67,3 +67,22 @@ def test_a_failed_statement_does_not_show_its_parameters(settings_factory: Calla
     assert "whsec_hidden" not in str(failed.value)
     assert "parameters hidden" in str(failed.value)
     engine.dispose()
+
+
+@pytest.mark.parametrize("folder", ["run?2", "100%41", "run#2"])
+def test_the_embedded_database_is_in_a_data_dir_whose_name_a_url_would_read_otherwise(
+    tmp_path: Path, folder: str
+) -> None:
+    """In ``run?2`` the database was ``run`` beside it (the rest taken for a query), shared by
+    every ``run?N``; in ``100%41`` it was sought in ``100A``."""
+    data_dir = tmp_path / folder
+    data_dir.mkdir()
+    engine = make_engine(Settings(data_dir=data_dir))
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("CREATE TABLE probe (n INTEGER)"))
+    finally:
+        engine.dispose()
+
+    assert (data_dir / "taas.db").is_file()
+    assert [path.name for path in tmp_path.iterdir()] == [folder]

@@ -35,6 +35,9 @@ JSON_OPTION = typer.Option(False, "--json", help="Print the server's JSON reply 
 # (online or offline, where there is no server), a listing's every item (docs/cli.md)
 JSON_LIST_OPTION = typer.Option(False, "--json", help="Print a JSON list instead of a table (for scripts).")
 POLL_SECONDS = 1.0
+# How long --wait keeps asking a platform that does not answer: `taas up` restarted on the same
+# data dir takes about 20 s, and the training goes on after it.
+UNREACHABLE_SECONDS = 120.0
 ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # end states (classifier, version), exit codes
 SNIFF_BYTES = 64 * 1024  # what _is_labelled reads of a training file
 
@@ -535,8 +538,19 @@ def _follow(api: Api, path: str, *, show: bool) -> Any:
     )
     with Progress(*columns, console=err, disable=not show) as bar:
         task = bar.add_task("queued", total=None, detail="")
+        unreachable_since: float | None = None
         while True:
-            found = api.call("GET", path)
+            try:
+                found = api.call("GET", path)
+            except ClientError as error:  # a `taas up` restarted while it was followed ended --wait
+                now = time.monotonic()
+                unreachable_since = now if unreachable_since is None else unreachable_since
+                if error.status is not None or now - unreachable_since > UNREACHABLE_SECONDS:
+                    raise
+                bar.update(task, detail="the platform does not answer; asking again")
+                time.sleep(POLL_SECONDS)
+                continue
+            unreachable_since = None
             progress = found.get("progress") or {}
             total = progress.get("total_steps")
             bar.update(

@@ -125,6 +125,44 @@ def test_a_wait_that_ends_cancelled_says_so_in_one_line_however_long(
     assert capsys.readouterr().err == f"error: classifier x is Unavailable: {description}\n"
 
 
+class _Restarting:
+    """An Api whose platform does not answer ``down`` times, then has ended the training."""
+
+    def __init__(self, down: int, error: ClientError) -> None:
+        self.down, self.error, self.calls = down, error, 0
+
+    def call(self, method: str, path: str, **_: object) -> object:
+        self.calls += 1
+        if self.calls <= self.down:
+            raise self.error
+        return {"status": "Available", "progress": {"phase": "succeeded", "step": 10, "total_steps": 10}}
+
+
+def test_a_wait_rides_out_a_platform_that_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`taas up` restarted on the same data dir while `train --wait` followed a training ended the
+    wait with "cannot reach" at the first refused connection, though the training went on."""
+    monkeypatch.setattr(commands, "POLL_SECONDS", 0.0)
+    restarting = _Restarting(3, ClientError("cannot reach http://127.0.0.1:9: Connection refused"))
+
+    found = commands._follow(restarting, "/v1/classifiers/x", show=False)  # type: ignore[arg-type]
+
+    assert found["status"] == "Available" and restarting.calls == 4
+
+
+@pytest.mark.parametrize("status", [404, None], ids=["answered", "unreachable-too-long"])
+def test_a_wait_ends_on_an_answered_error_or_a_platform_gone_for_good(
+    monkeypatch: pytest.MonkeyPatch, status: int | None
+) -> None:
+    monkeypatch.setattr(commands, "POLL_SECONDS", 0.0)
+    monkeypatch.setattr(commands, "UNREACHABLE_SECONDS", 0.0)
+    error = ClientError("gone", status)
+
+    with pytest.raises(ClientError) as raised:
+        commands._follow(_Restarting(3, error), "/v1/classifiers/x", show=False)  # type: ignore[arg-type]
+
+    assert raised.value is error
+
+
 @pytest.mark.parametrize(
     ("url", "key", "said"),
     [

@@ -168,7 +168,7 @@ def test_a_tenant_holding_both_slots_gives_one_to_a_tenant_that_arrives(
     events = _timeline(session, a_jobs)
     yielded = _yielded(events)
     logs = "".join(path.read_text() for path in sorted(tmp_path.glob("worker-*.log")))
-    if len(yielded) != 1:  # a rare failure not yet explained: printed whole (an assertion's is cut)
+    if len(yielded) != 1:  # the story printed whole (an assertion's is cut)
         for e in _timeline(session, [*a_jobs, single.job_id]):
             print(f"{e.at:%H:%M:%S.%f}", e.job_id[:8], e.kind, e.epoch, e.worker_id, e.step, e.detail)
         print(logs)

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -218,6 +218,8 @@ class _Supervisor:
     def __init__(self) -> None:
         self.children: list[_Child] = []
         self.stop_signal: int | None = None
+        self.hurried = False  # a second signal: the children still stopping are killed
+        self._told_hurried = False
 
     def __enter__(self) -> _Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -234,7 +236,10 @@ class _Supervisor:
         self.stop_all()
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.stop_signal = signum
+        if self.stop_signal is None:
+            self.stop_signal = signum
+        else:  # a second Ctrl-C: a child that does not stop (hung, stopped) held it up to a minute
+            self.hurried = True
 
     def start(self, role: str, argv: list[str], env: dict[str, str]) -> _Child:
         child = _Child(role, argv, env)
@@ -323,7 +328,7 @@ class _Supervisor:
                 if not self._restart(child):
                     return 1
             time.sleep(0.2)
-        _tell(f"received {signal.Signals(self.stop_signal).name}, stopping")
+        _tell(f"received {signal.Signals(self.stop_signal).name}, stopping (Ctrl-C again: at once)")
         return 0
 
     def _restart(self, child: _Child) -> bool:
@@ -340,21 +345,31 @@ class _Supervisor:
         """Stop workers (they checkpoint and requeue their job), the webhook worker, the
         reconciler, the API, Redis."""
         for role in ("worker", "webhooks", "reconciler", "api", "redis"):
-            _stop([c for c in self.children if c.role == role], _STOP_GRACE_SECONDS[role])
+            _stop([c for c in self.children if c.role == role], _STOP_GRACE_SECONDS[role], self._hurried)
+
+    def _hurried(self) -> bool:
+        if self.hurried and not self._told_hurried:  # said here, not in the signal handler
+            self._told_hurried = True
+            _tell(
+                "received a second signal: stopping at once (a job in training resumes from its "
+                "last checkpoint once its lease runs out)"
+            )
+        return self.hurried
 
 
-def _stop(children: list[_Child], grace: float) -> None:
-    """SIGTERM each child, wait up to ``grace`` seconds, then SIGKILL the ones still running."""
+def _stop(children: list[_Child], grace: float, hurried: Callable[[], bool] = lambda: False) -> None:
+    """SIGTERM each child, wait up to ``grace`` seconds or until ``hurried()``, then SIGKILL the
+    ones still running."""
     running = [c.process for c in children if c.process.poll() is None]
     for process in running:
         process.terminate()
     deadline = time.monotonic() + grace
+    while any(p.poll() is None for p in running) and time.monotonic() < deadline and not hurried():
+        time.sleep(0.05)
     for process in running:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        if process.poll() is None:
             process.kill()
-            process.wait()
+        process.wait()
 
 
 def _listens_on(pid: int, port: int) -> bool:

@@ -138,6 +138,27 @@ def test_sighup_of_a_closed_terminal_stops_every_child_in_order(
     wait_until(lambda: not platform.still_running(children), timeout=15, message="children stopped")
 
 
+def test_a_second_ctrl_c_stops_at_once_a_child_that_does_not_stop(
+    platform_factory: Callable[..., Any], wait_until: Callable[..., Any]
+) -> None:
+    """The stop waited each child's grace (a minute for a worker, 15 s for the API) whatever the
+    user did: a second Ctrl-C now kills the children still running."""
+    platform = platform_factory(workers=0)
+    platform.start()
+    children = platform.process_tree()
+    (api,) = [pid for pid in children if "uvicorn" in command_line(pid)]
+    os.kill(api, signal.SIGSTOP)  # hung: SIGTERM stays pending
+    assert platform.process is not None
+
+    platform.process.send_signal(signal.SIGINT)
+    wait_until(lambda: "stopping (Ctrl-C again" in platform.output(), timeout=15, message="stopping")
+    platform.process.send_signal(signal.SIGINT)
+
+    assert platform.process.wait(timeout=10) == 0, platform.output()  # under the API's 15 s of grace
+    assert "received a second signal: stopping at once" in platform.output()
+    wait_until(lambda: not platform.still_running(children), timeout=15, message="children stopped")
+
+
 def _assert_the_embedded_redis_wants_its_password(data_dir: Path, pids: set[int]) -> None:
     """Every process on the host reaches loopback; only this user reads the password's file."""
     assert stat.S_IMODE((data_dir / "redis" / "auth.conf").stat().st_mode) == 0o600

@@ -11,9 +11,9 @@ are plain functions (FastAPI runs them in a worker thread).
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import anyio
 from anyio import to_thread
@@ -37,6 +37,8 @@ from service.serving import ModelCache, Servable
 from service.settings import Settings
 from service.store import ArtifactStore
 from service.tenancy import hash_key, is_admin_key, presented_key, tenant_for_key, well_formed_id
+
+_T = TypeVar("_T")
 
 
 async def utf8_query(request: Request) -> None:
@@ -70,16 +72,61 @@ async def _session(request: Request) -> AsyncIterator[Session]:
     and every database route stalled until the pool's 30 s timeout (60 concurrent status polls
     of one tenant did it), answering 503s to every tenant.
     """
-    slots: anyio.Semaphore = request.app.state.db_slots
-    with anyio.move_on_after(POOL_TIMEOUT_S) as waited:
-        await slots.acquire()
-    if waited.cancelled_caught:
-        raise PoolTimeout(f"no database connection free within {POOL_TIMEOUT_S:g} s")
+    slot = _DbSlot(request.app.state.db_slots)
+    await slot.take()
     try:
         with request.app.state.sessions() as session:
+            session.info[_SLOT] = slot
             yield session
     finally:
-        slots.release()
+        slot.give_back()
+
+
+_SLOT = "taas_db_slot"  # the key of a request session's _DbSlot in its ``info``
+
+
+class _DbSlot:
+    """A request's claim on one of ``app.state.db_slots``, which it may give back for a while."""
+
+    def __init__(self, slots: anyio.Semaphore) -> None:
+        self.slots = slots
+        self.held = False
+
+    async def take(self) -> None:
+        """Wait, on the event loop, for a slot; PoolTimeout after the pool's timeout."""
+        with anyio.move_on_after(POOL_TIMEOUT_S) as waited:
+            await self.slots.acquire()
+        if waited.cancelled_caught:
+            raise PoolTimeout(f"no database connection free within {POOL_TIMEOUT_S:g} s")
+        self.held = True
+
+    def give_back(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots.release()
+
+
+async def without_db_slot(
+    session: Session, body: Awaitable[_T], *, discard: Callable[[_T], object] | None = None
+) -> _T:
+    """Await ``body`` (the reading of a request's body) with the request's database slot given
+    back, then take one again for the rest of the route (``discard`` undoes the body read, a
+    spooled upload, when none comes within the pool's timeout).
+
+    The route's dependencies have ended their reads (:func:`_release`), so the session holds no
+    connection meanwhile; but its slot was held until the reply: 15 uploads of one tenant, each
+    trickling a byte a minute, held every slot, and every other tenant's database routes (a
+    status poll) waited 30 s for a 503."""
+    slot: _DbSlot = session.info[_SLOT]
+    slot.give_back()
+    result = await body
+    try:
+        await slot.take()
+    except BaseException:
+        if discard is not None:
+            discard(result)
+        raise
+    return result
 
 
 async def _store(request: Request) -> ArtifactStore:

@@ -10,16 +10,20 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from service.app import create_app
+from service.db import POOL_CONNECTIONS, POOL_TIMEOUT_S
 from service.settings import Settings
+from tests.service.helpers import nlc_files
 
 IDLE_S = 2.0
 
@@ -27,7 +31,20 @@ IDLE_S = 2.0
 @pytest.fixture
 def server(settings_factory: Callable[..., Settings]) -> Iterator[tuple[int, FastAPI]]:
     """The API on a free local port, in a thread, with a short body idle limit."""
-    app = create_app(settings_factory(body_idle_seconds=IDLE_S))
+    with _serving(create_app(settings_factory(body_idle_seconds=IDLE_S))) as served:
+        yield served
+
+
+@pytest.fixture
+def patient_server(settings_factory: Callable[..., Settings]) -> Iterator[tuple[int, FastAPI]]:
+    """The API on a free local port, in a thread, with a body idle limit past the pool's
+    timeout: a stalled body is not refused before another request would have waited it out."""
+    with _serving(create_app(settings_factory(body_idle_seconds=POOL_TIMEOUT_S * 2))) as served:
+        yield served
+
+
+@contextmanager
+def _serving(app: FastAPI) -> Iterator[tuple[int, FastAPI]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -43,13 +60,21 @@ def server(settings_factory: Callable[..., Settings]) -> Iterator[tuple[int, Fas
     thread.join(timeout=30)
 
 
-def _start_upload(port: int, key: str) -> socket.socket:
-    """A dataset upload that sends its headers and a first line, then nothing more."""
+def _start_upload(
+    port: int,
+    key: str,
+    path: str = "/v1/datasets",
+    content_type: str = "text/csv",
+    first: bytes = b"text,label\r\n",
+    length: int = 1_000_000,
+) -> socket.socket:
+    """An upload (a dataset's, by default) that declares ``length`` bytes and sends its headers
+    and ``first``, then nothing more."""
     conn = socket.create_connection(("127.0.0.1", port))
     conn.sendall(
-        b"POST /v1/datasets HTTP/1.1\r\nHost: x\r\n"
-        + f"X-API-Key: {key}\r\n".encode()
-        + b"Content-Type: text/csv\r\nContent-Length: 1000000\r\n\r\ntext,label\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nX-API-Key: {key}\r\n".encode()
+        + f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n".encode()
+        + first
     )
     return conn
 
@@ -83,6 +108,53 @@ def test_a_stalled_upload_holds_no_connection_and_is_refused_after_the_idle_limi
     assert statuses == [408, 408, 408]
     assert time.monotonic() - started < IDLE_S * 8
     nothing_left_behind(tenant.id)
+
+
+def test_a_tenants_stalled_uploads_leave_the_others_database_routes_answering(
+    patient_server: tuple[int, FastAPI], tenant_factory: Callable[..., Any], client: TestClient
+) -> None:
+    """A request held one of the API's database slots (one per pool connection) until its
+    reply, and an upload route holds its request while the body streams in: 15 uploads of one
+    tenant trickling a byte a minute held every slot, and every other tenant's status poll
+    waited the pool's 30 s for a 503. Every route that reads its body itself stalls here, past
+    the slots there are; the other tenant's poll still answers at once."""
+    port, app = patient_server
+    noisy, other = tenant_factory(), tenant_factory()
+    created = client.post("/v1/classifiers", headers=noisy.headers, files=nlc_files())
+    assert created.status_code == 200, created.text
+    versions = f"/v1/classifiers/{created.json()['classifier_id']}/versions"
+    multipart = "multipart/form-data; boundary=b"
+    part = b'--b\r\nContent-Disposition: form-data; name="training_data"\r\n\r\nhot,t\r\n'
+    upload, json_body = 1_000_000, 1000  # a JSON body over 64 KiB is refused before it is read
+    shapes: list[tuple[str, str, bytes, int]] = [
+        ("/v1/datasets", "text/csv", b"text,label\r\n", upload),
+        ("/v1/classifiers", multipart, part, upload),
+        ("/v1/classifiers", "application/json", b'{"name": "x",', json_body),
+        (versions, multipart, part, upload),
+        (versions, "application/json", b'{"dataset_id":', json_body),
+        ("/v1/classifiers/import", "application/gzip", b"\x1f\x8b", upload),
+    ]
+    engine = app.state.sessions.kw["bind"]
+    checkouts: list[object] = []
+    event.listen(engine, "checkout", lambda *_: checkouts.append(None))
+    stalled = [
+        _start_upload(port, noisy.api_key, *shapes[n % len(shapes)]) for n in range(POOL_CONNECTIONS + 3)
+    ]
+    try:
+        deadline = time.monotonic() + POOL_TIMEOUT_S / 2
+        while len(checkouts) < POOL_CONNECTIONS:  # as many authenticated as there are slots
+            assert time.monotonic() < deadline, len(checkouts)
+            time.sleep(0.01)
+        started = time.monotonic()
+        polled = httpx.get(
+            f"http://127.0.0.1:{port}/v1/classifiers", headers=other.headers, timeout=POOL_TIMEOUT_S * 2
+        )
+        waited = time.monotonic() - started
+    finally:
+        for conn in stalled:
+            conn.close()
+    assert polled.status_code == 200, polled.text
+    assert waited < POOL_TIMEOUT_S / 3
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["no-key", "with-a-key"])

@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from service import bundles
-from service.api.deps import ClassifierDep, SessionDep, SettingsDep, StoreDep, TenantDep
+from service.api.deps import ClassifierDep, SessionDep, SettingsDep, StoreDep, TenantDep, without_db_slot
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import ClassifierInfo
-from service.api.uploads import RAW_BODY, read_upload
+from service.api.uploads import RAW_BODY, Upload, read_upload
 from service.errors import BadRequest, unavailable
 from service.models import Classifier, ClassifierVersion, utcnow
 from service.store import ArtifactStore
@@ -111,7 +111,11 @@ async def import_bundle(
 ) -> ClassifierInfo:
     """A new Available classifier from a bundle: multipart part ``bundle`` (with optional
     ``name`` and ``language`` fields) or the raw body; 400 naming the problem of a bad bundle."""
-    upload = await read_upload(request, store, settings.max_upload_bytes, frozenset({bundles.BUNDLE_FIELD}))
+    upload = await without_db_slot(
+        session,
+        read_upload(request, store, settings.max_upload_bytes, frozenset({bundles.BUNDLE_FIELD})),
+        discard=Upload.discard,
+    )
     try:
         source = upload.files.get(bundles.BUNDLE_FIELD) or upload.files.get(RAW_BODY)
         if source is None:

@@ -17,6 +17,7 @@ from service.api.deps import (
     SettingsDep,
     StoreDep,
     TenantDep,
+    without_db_slot,
 )
 from service.api.routing import Router
 from service.api.schemas import (
@@ -28,7 +29,7 @@ from service.api.schemas import (
     TrainingEvent,
     TrainingEvents,
 )
-from service.api.uploads import is_training_json, read_json, read_upload
+from service.api.uploads import Upload, is_training_json, read_json, read_upload
 from service.models import utcnow
 
 router = Router(prefix="/v1/classifiers", tags=["classifiers"])
@@ -66,11 +67,13 @@ async def create_classifier(
     """NLC multipart create, or JSON ``{"name", "language", "dataset_id"}`` (extension); either
     may name a ``callback_url`` for status webhooks (extension)."""
     if is_training_json(request):
-        spec = CreateFromDataset.model_validate(await read_json(request))
+        spec = CreateFromDataset.model_validate(await without_db_slot(session, read_json(request)))
         create = partial(intake.classifier_from_dataset, spec)
     else:
-        upload = await read_upload(
-            request, store, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})
+        upload = await without_db_slot(
+            session,
+            read_upload(request, store, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})),
+            discard=Upload.discard,
         )
         create = partial(intake.classifier_from_upload, upload)
     classifier = await run_in_threadpool(create, session, store, settings, tenant.id)

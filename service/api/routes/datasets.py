@@ -7,11 +7,11 @@ from starlette.concurrency import run_in_threadpool
 
 from service import datasets
 from service.api import intake
-from service.api.deps import DatasetDep, SessionDep, SettingsDep, StoreDep, TenantDep
+from service.api.deps import DatasetDep, SessionDep, SettingsDep, StoreDep, TenantDep, without_db_slot
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import DatasetInfo, DatasetList
-from service.api.uploads import read_upload
+from service.api.uploads import Upload, read_upload
 
 router = Router(prefix="/v1/datasets", tags=["datasets"])
 
@@ -46,7 +46,11 @@ async def upload_dataset(
     name: str | None = None,
 ) -> DatasetInfo:
     """CSV (header ``text,label``) or JSON Lines, as multipart or as the raw body."""
-    upload = await read_upload(request, store, settings.max_upload_bytes, intake.DATASET_PARTS)
+    upload = await without_db_slot(
+        session,
+        read_upload(request, store, settings.max_upload_bytes, intake.DATASET_PARTS),
+        discard=Upload.discard,
+    )
     dataset = await run_in_threadpool(
         intake.dataset_from_upload, upload, session, store, settings, tenant.id, name
     )

@@ -19,12 +19,13 @@ from service.api.deps import (
     SessionDep,
     SettingsDep,
     StoreDep,
+    without_db_slot,
 )
 from service.api.routes.bundles import BUNDLE_MEDIA_TYPE, bundle_response, still_there
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import VersionFromDataset, VersionInfo, VersionList
-from service.api.uploads import is_training_json, read_json, read_upload
+from service.api.uploads import Upload, is_training_json, read_json, read_upload
 from service.models import Classifier, ClassifierVersion, utcnow
 
 router = Router(prefix="/v1/classifiers/{classifier_id}/versions", tags=["versions"])
@@ -46,11 +47,13 @@ async def create_version(
     ``{"dataset_id", "callback_url"}``. It serves once Available if the classifier's ``promote``
     is ``auto``; with ``manual``, on a promote call."""
     if is_training_json(request):
-        spec = VersionFromDataset.model_validate(await read_json(request))
+        spec = VersionFromDataset.model_validate(await without_db_slot(session, read_json(request)))
         create = partial(intake.version_from_dataset, spec)
     else:
-        upload = await read_upload(
-            request, store, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})
+        upload = await without_db_slot(
+            session,
+            read_upload(request, store, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})),
+            discard=Upload.discard,
         )
         create = partial(intake.version_from_upload, upload)
     version = await run_in_threadpool(create, session, store, settings, classifier)

@@ -140,6 +140,19 @@ class QuotaExceeded(Forbidden):
         )
 
 
+class QuotaUsedUp(QuotaExceeded):
+    """A data quota (rows, bytes) the tenant has used up: no upload can fit, whatever its size,
+    so it is refused before it is read through."""
+
+    def __init__(self, quota: str, limit: int, usage: int) -> None:
+        super().__init__(quota, limit, usage)
+
+    @staticmethod
+    def describe(quota: str, limit: int, usage: int, adding: int) -> str:
+        """The message: the quota, its value and the usage, which leave no room."""
+        return f"quota '{quota}' exceeded: the limit is {limit} and the tenant has {usage}, so no upload fits"
+
+
 class QuotaIsZero(QuotaExceeded):
     """A rate quota set to 0: the tenant may make no such call at all ("the limit is 0, the
     tenant has 0 and this request adds 1" read as a count, not a rate)."""

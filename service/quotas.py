@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.errors import BadRequest, NotFound, QuotaExceeded, Unauthorized
+from service.errors import BadRequest, NotFound, QuotaExceeded, QuotaUsedUp, Unauthorized
 from service.models import Classifier, ClassifierVersion, Dataset, JobState, TenantQuota, TrainingJob
 from service.settings import Settings
 from service.tenancy import lock_tenant, require_tenant
@@ -203,6 +203,27 @@ def check_can_store_dataset(
     row for the rest of the caller's transaction."""
     quotas, held = _locked(session, settings, tenant_id)
     _check_data(quotas, held, size_bytes, rows)
+
+
+def check_room_for_upload(
+    session: Session, settings: Settings, tenant_id: str, *, counts: tuple[str, ...]
+) -> None:
+    """Raise QuotaExceeded when no upload could fit, whatever its size: one of the count quotas
+    ``counts`` is reached, or the tenant's dataset rows or bytes are used up.
+
+    Asked before an upload is validated (seconds of CPU for a big one, with one of the API's
+    database slots held): a tenant at its row quota paid that for every refused upload, and
+    slowed every other tenant's requests by sending them in a loop. A read, ended here; the
+    exact check, with the sizes, is made in the transaction that adds the rows."""
+    try:
+        quotas, held = quotas_for(session, settings, tenant_id), usage(session, tenant_id)
+    finally:
+        session.rollback()
+    for quota in counts:
+        _check(quota, getattr(quotas, quota), getattr(held, quota), 1)
+    for quota in ("dataset_rows", "dataset_bytes"):
+        if getattr(held, quota) >= getattr(quotas, quota):
+            raise QuotaUsedUp(quota, getattr(quotas, quota), getattr(held, quota))
 
 
 def _locked(session: Session, settings: Settings, tenant_id: str) -> tuple[Quotas, Usage]:

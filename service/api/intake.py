@@ -2,9 +2,10 @@
 
 Blocking (validation, file moves, the upload to a remote store): routes run these in the thread
 pool. Each one discards the spooled upload whatever happens. An upload is validated and stored
-(:func:`service.datasets.stage_upload`) before the transaction begins; quotas are then checked
-(the sizes are known) inside the transaction that adds the rows (``service.quotas``), and a
-refusal removes the stored file again.
+(:func:`service.datasets.stage_upload`) before the transaction begins, once a read has found
+room for it (``quotas.check_room_for_upload``); quotas are then checked (the sizes are known)
+inside the transaction that adds the rows (``service.quotas``), and a refusal removes the
+stored file again.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ def classifier_from_upload(
         mode = _choice(
             ClassifierMode, metadata.get("mode", ClassifierMode.SINGLE_LABEL.value), "training_metadata.mode"
         )
+        quotas.check_room_for_upload(
+            session, settings, tenant_id, counts=("classifiers", "versions", "training_jobs", "datasets")
+        )
         staged = _stage_training_data(upload, store, settings, tenant_id)
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_create_classifier(
@@ -92,6 +96,9 @@ def version_from_upload(
             )
         callback_url = _callback_url(
             metadata.get("callback_url"), "training_metadata.callback_url", settings, classifier.tenant_id
+        )
+        quotas.check_room_for_upload(
+            session, settings, classifier.tenant_id, counts=("versions", "training_jobs", "datasets")
         )
         staged = _stage_training_data(upload, store, settings, classifier.tenant_id)
         with datasets.undone_on_failure(session, store, staged):
@@ -166,6 +173,7 @@ def dataset_from_upload(
         if len(sent) > 1:  # the second was ignored
             raise BadRequest(TRAINING_DATA, "send the data once: a 'training_data' and a 'file' part came")
         checked = datasets.check_name(_name(name, upload), "name", settings.max_name_chars)
+        quotas.check_room_for_upload(session, settings, tenant_id, counts=("datasets",))
         staged = datasets.stage_upload(
             store, sent[0], "labelled", Limits.from_settings(settings), tenant_id=tenant_id
         )

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service import serving
+from service import datasets, serving
 from service.errors import QuotaExceeded, RateLimited
 from service.ratelimit import RateLimiter
 from service.settings import Settings
@@ -137,6 +137,34 @@ def test_dataset_quotas_refuse_uploads_that_do_not_fit_and_keep_nothing(
     assert len(client.get("/v1/datasets", headers=tenant.headers).json()["datasets"]) == 1
     staging = settings.resolved_artifacts_dir() / "tmp"
     assert not staging.exists() or list(staging.iterdir()) == []
+
+
+def test_an_upload_that_cannot_fit_is_refused_before_it_is_validated(
+    client: TestClient,
+    tenant: Any,
+    admin_headers: dict[str, str],
+    create_classifier: Callable[..., httpx.Response],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tenant at its row quota paid a whole validation (seconds of CPU for a big upload, one
+    of the API's database slots held) for each refused upload, and slowed every other tenant's
+    requests by sending them in a loop."""
+    upload = {"headers": {**tenant.headers, "Content-Type": "text/csv"}, "content": LABELLED}
+    rows = client.post("/v1/datasets", **upload).json()["rows"]
+    _quotas(client, admin_headers, tenant.id, dataset_rows=rows)
+
+    def validated(*_: object, **__: object) -> None:
+        raise AssertionError("an upload that cannot fit was validated")
+
+    monkeypatch.setattr(datasets, "stage_upload", validated)
+    used_up = (
+        f"quota 'dataset_rows' exceeded: the limit is {rows} and the tenant has {rows}, so no upload fits"
+    )
+    for reply in (client.post("/v1/datasets", **upload), create_classifier(tenant)):
+        assert reply.status_code == 403, reply.text
+        assert reply.json()["description"] == used_up
+    _quotas(client, admin_headers, tenant.id, dataset_rows=None, datasets=1)
+    _refused_for(client.post("/v1/datasets", **upload), "datasets", 1)
 
 
 def test_nlc_create_counts_its_training_data_against_the_row_and_dataset_quotas(

@@ -214,11 +214,13 @@ def check_room_for_upload(
     Asked before an upload is validated (seconds of CPU for a big one, with one of the API's
     database slots held): a tenant at its row quota paid that for every refused upload, and
     slowed every other tenant's requests by sending them in a loop. A read, ended here; the
-    exact check, with the sizes, is made in the transaction that adds the rows."""
-    try:
-        quotas, held = quotas_for(session, settings, tenant_id), usage(session, tenant_id)
-    finally:
-        session.rollback()
+    exact check, with the sizes, is made in the transaction that adds the rows.
+
+    The read ends with a commit, not a rollback: a rollback expires every object in the session,
+    the route's classifier among them, whose next use then read it again (a connection held
+    through the validation, and a 500 for a classifier deleted meanwhile)."""
+    quotas, held = quotas_for(session, settings, tenant_id), usage(session, tenant_id)
+    session.commit()  # a read only; what the route's dependencies loaded stays loaded
     for quota in counts:
         _check(quota, getattr(quotas, quota), getattr(held, quota), 1)
     for quota in ("dataset_rows", "dataset_bytes"):

@@ -11,9 +11,12 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import inspect
+from sqlalchemy.orm import Session
 
-from service import datasets, serving
+from service import datasets, quotas, serving
 from service.errors import QuotaExceeded, RateLimited
+from service.models import Tenant
 from service.ratelimit import RateLimiter
 from service.settings import Settings
 from tests.conftest import REDIS_TEST_URL
@@ -165,6 +168,21 @@ def test_an_upload_that_cannot_fit_is_refused_before_it_is_validated(
         assert reply.json()["description"] == used_up
     _quotas(client, admin_headers, tenant.id, dataset_rows=None, datasets=1)
     _refused_for(client.post("/v1/datasets", **upload), "datasets", 1)
+
+
+def test_the_room_check_leaves_what_the_route_loaded_loaded(
+    session: Session, settings: Settings, tenant: Any
+) -> None:
+    """The check ended its read with a rollback, which expires every object in the session: the
+    classifier a version upload's route had loaded was read again at its next use, a connection
+    held through the validation that followed (and a 500 had it been deleted meanwhile)."""
+    loaded = session.get(Tenant, tenant.id)
+    session.commit()  # as the route's dependencies end their reads
+
+    quotas.check_room_for_upload(session, settings, tenant.id, counts=("datasets",))
+
+    assert loaded is not None and not inspect(loaded).expired
+    assert not session.in_transaction()
 
 
 def test_nlc_create_counts_its_training_data_against_the_row_and_dataset_quotas(

@@ -372,7 +372,7 @@ class _JobRun:
         # in use, whenever the last checkpoint was written: a process sharing this root sweeps
         # the checkpoint folders untouched for the copy age (ArtifactStore.sweep_work_copies)
         if self.checkpoints is not None:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # a mark only: the checkpoint's own write reports trouble
                 os.utime(self.checkpoints.workdir)
         # at the start of training, or with a later progress report when the database missed it
         if self._rewind_unrecorded is not None:

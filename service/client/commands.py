@@ -38,6 +38,9 @@ POLL_SECONDS = 1.0
 # How long --wait keeps asking a platform that does not answer: `taas up` restarted on the same
 # data dir takes about 20 s, and the training goes on after it.
 UNREACHABLE_SECONDS = 120.0
+# What --wait asks again through: no answer at all (None), or a proxy's or an overloaded
+# platform's "not now" (a reverse proxy before a restarting `taas up`; no database slot free)
+PASSING_TROUBLE = frozenset({None, 502, 503, 504})
 ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # end states (classifier, version), exit codes
 SNIFF_BYTES = 64 * 1024  # what _is_labelled reads of a training file
 
@@ -545,7 +548,7 @@ def _follow(api: Api, path: str, *, show: bool) -> Any:
             except ClientError as error:  # a `taas up` restarted while it was followed ended --wait
                 now = time.monotonic()
                 unreachable_since = now if unreachable_since is None else unreachable_since
-                if error.status is not None or now - unreachable_since > UNREACHABLE_SECONDS:
+                if error.status not in PASSING_TROUBLE or now - unreachable_since > UNREACHABLE_SECONDS:
                     raise
                 bar.update(task, detail="the platform does not answer; asking again")
                 time.sleep(POLL_SECONDS)

@@ -138,11 +138,15 @@ class _Restarting:
         return {"status": "Available", "progress": {"phase": "succeeded", "step": 10, "total_steps": 10}}
 
 
-def test_a_wait_rides_out_a_platform_that_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("status", [None, 502, 503, 504], ids=["unreachable", "502", "503", "504"])
+def test_a_wait_rides_out_a_platform_that_restarts(
+    monkeypatch: pytest.MonkeyPatch, status: int | None
+) -> None:
     """`taas up` restarted on the same data dir while `train --wait` followed a training ended the
-    wait with "cannot reach" at the first refused connection, though the training went on."""
+    wait with "cannot reach" at the first refused connection, though the training went on (or,
+    behind a reverse proxy, at its 502)."""
     monkeypatch.setattr(commands, "POLL_SECONDS", 0.0)
-    restarting = _Restarting(3, ClientError("cannot reach http://127.0.0.1:9: Connection refused"))
+    restarting = _Restarting(3, ClientError("cannot reach http://127.0.0.1:9: Connection refused", status))
 
     found = commands._follow(restarting, "/v1/classifiers/x", show=False)  # type: ignore[arg-type]
 

@@ -144,9 +144,6 @@ class QuotaUsedUp(QuotaExceeded):
     """A data quota (rows, bytes) the tenant has used up: no upload can fit, whatever its size,
     so it is refused before it is read through."""
 
-    def __init__(self, quota: str, limit: int, usage: int) -> None:
-        super().__init__(quota, limit, usage)
-
     @staticmethod
     def describe(quota: str, limit: int, usage: int, adding: int) -> str:
         """The message: the quota, its value and the usage, which leave no room."""

@@ -205,11 +205,18 @@ def check_can_store_dataset(
     _check_data(quotas, held, size_bytes, rows)
 
 
+# The count quotas an upload adds one to, as the exact checks above count them
+CLASSIFIER_UPLOAD = ("classifiers", "versions", "training_jobs", "datasets")
+VERSION_UPLOAD = ("versions", "training_jobs", "datasets")
+DATASET_UPLOAD = ("datasets",)
+
+
 def check_room_for_upload(
     session: Session, settings: Settings, tenant_id: str, *, counts: tuple[str, ...]
 ) -> None:
     """Raise QuotaExceeded when no upload could fit, whatever its size: one of the count quotas
-    ``counts`` is reached, or the tenant's dataset rows or bytes are used up.
+    ``counts`` (``CLASSIFIER_UPLOAD``, ``VERSION_UPLOAD``, ``DATASET_UPLOAD``) is reached, or
+    the tenant's dataset rows or bytes are used up.
 
     Asked before an upload is validated (seconds of CPU for a big one, with one of the API's
     database slots held): a tenant at its row quota paid that for every refused upload, and

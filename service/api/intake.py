@@ -51,9 +51,7 @@ def classifier_from_upload(
         mode = _choice(
             ClassifierMode, metadata.get("mode", ClassifierMode.SINGLE_LABEL.value), "training_metadata.mode"
         )
-        quotas.check_room_for_upload(
-            session, settings, tenant_id, counts=("classifiers", "versions", "training_jobs", "datasets")
-        )
+        quotas.check_room_for_upload(session, settings, tenant_id, counts=quotas.CLASSIFIER_UPLOAD)
         staged = _stage_training_data(upload, store, settings, tenant_id)
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_create_classifier(
@@ -97,9 +95,7 @@ def version_from_upload(
         callback_url = _callback_url(
             metadata.get("callback_url"), "training_metadata.callback_url", settings, classifier.tenant_id
         )
-        quotas.check_room_for_upload(
-            session, settings, classifier.tenant_id, counts=("versions", "training_jobs", "datasets")
-        )
+        quotas.check_room_for_upload(session, settings, classifier.tenant_id, counts=quotas.VERSION_UPLOAD)
         staged = _stage_training_data(upload, store, settings, classifier.tenant_id)
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_add_version(
@@ -173,7 +169,7 @@ def dataset_from_upload(
         if len(sent) > 1:  # the second was ignored
             raise BadRequest(TRAINING_DATA, "send the data once: a 'training_data' and a 'file' part came")
         checked = datasets.check_name(_name(name, upload), "name", settings.max_name_chars)
-        quotas.check_room_for_upload(session, settings, tenant_id, counts=("datasets",))
+        quotas.check_room_for_upload(session, settings, tenant_id, counts=quotas.DATASET_UPLOAD)
         staged = datasets.stage_upload(
             store, sent[0], "labelled", Limits.from_settings(settings), tenant_id=tenant_id
         )

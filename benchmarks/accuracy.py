@@ -1,6 +1,6 @@
 """Accuracy, calibration and serving limits of taas against fastText and TF-IDF peers.
 
-    python benchmarks/accuracy.py DATASET_DIR... [--json] [--learners K[,K...]] [--no-peers]
+    python benchmarks/accuracy.py DATASET_DIR... [--json] [--learners K[,K...]] [--no-peers] [--device cuda]
     python benchmarks/accuracy.py --stress [--json]
 
 Each DATASET_DIR holds train.csv and test.csv (header text,label). For each folder this
@@ -26,7 +26,8 @@ comparison with the (first) taas row on the same test rows: taas_only and peer_o
 only that system gets right) and mcnemar_p (the exact McNemar test's two-sided p-value).
 Without --json, a readable table.
 ``--learners 1,2`` trains taas once per K (system ``taas-k1``, ``taas-k2``; the default, one
-K of 1, keeps the system name ``taas``).
+K of 1, keeps the system name ``taas``). ``--device cuda`` trains taas on the GPU (K = 1: the
+CUDA graph learner); the peers train on the CPU either way.
 
 ``--stress`` trains taas alone on generated data of 20,000 rows and 3,000 classes (and
 on one of 5 classes with 1 or 2 examples each): the large and tiny ends the trainer must
@@ -136,13 +137,18 @@ def f1_without_none(truth: list[str], predicted: list[str]) -> float | None:
 
 
 def run_taas(
-    dataset: str, train_data: LabelledData, test: LabelledData, learners: int = 1, system: str = "taas"
+    dataset: str,
+    train_data: LabelledData,
+    test: LabelledData,
+    learners: int = 1,
+    system: str = "taas",
+    device: str = "cpu",
 ) -> Measured:
-    """Train (with ``learners`` learners) and evaluate taas in a temporary directory."""
+    """Train (with ``learners`` learners, on ``device``) and evaluate taas in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="taas-bench-") as tmp:
         model_dir = Path(tmp) / "model"
         started = time.perf_counter()
-        train(train_data, workdir=Path(tmp) / "work", out_dir=model_dir, learners=learners)
+        train(train_data, workdir=Path(tmp) / "work", out_dir=model_dir, learners=learners, device=device)
         train_s = time.perf_counter() - started
         model_bytes = sum(p.stat().st_size for p in model_dir.iterdir())
         started = time.perf_counter()
@@ -227,13 +233,16 @@ def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: Labelle
     return _row(dataset, system, test, predicted, confidence, train_s, len(blob), load_s)
 
 
-def benchmark(folder: Path, learners: tuple[int, ...] = (1,), peers: bool = True) -> list[dict[str, object]]:
+def benchmark(
+    folder: Path, learners: tuple[int, ...] = (1,), peers: bool = True, device: str = "cpu"
+) -> list[dict[str, object]]:
     """One result row per system (and per K for taas) for the dataset in ``folder``."""
     train_data = read_labelled_csv(folder / "train.csv")
     test = read_labelled_csv(folder / "test.csv")
     dataset = dataset_name(folder)
     measured = [
-        run_taas(dataset, train_data, test, k, "taas" if learners == (1,) else f"taas-k{k}") for k in learners
+        run_taas(dataset, train_data, test, k, "taas" if learners == (1,) else f"taas-k{k}", device)
+        for k in learners
     ]
     if peers:
         fasttext_result = run_fasttext(dataset, train_data, test)
@@ -288,6 +297,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON line per dataset and system")
     parser.add_argument("--learners", default="1", help="comma-separated K values for taas (0 = auto)")
     parser.add_argument("--no-peers", action="store_true", help="taas only, skip the peers")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where taas trains")
     parser.add_argument(
         "--stress", action="store_true", help="taas on 20,000 rows x 3,000 classes and on 8 rows"
     )
@@ -295,7 +305,10 @@ def main() -> None:
     if not args.datasets and not args.stress:
         parser.error("name at least one DATASET_DIR, or --stress")
     learners = tuple(int(k) for k in args.learners.split(","))
-    runs = [lambda folder=folder: benchmark(folder, learners, not args.no_peers) for folder in args.datasets]
+    runs = [
+        lambda folder=folder: benchmark(folder, learners, not args.no_peers, args.device)
+        for folder in args.datasets
+    ]
     if args.stress:
         runs.append(lambda: stress(learners[0]))
     print_rows((row for run in runs for row in run()), as_json=args.json, table=_table)

@@ -229,13 +229,13 @@ def run_ps_graph(batch: int, seconds: float, device: torch.device) -> float:
         return lambda: time.perf_counter() >= deadline
 
     epoch, positions = 1, [0]
-    warm = pool.run_round(epoch, positions, until(time.perf_counter() + 0.2))
+    warm = pool.run_round(epoch, positions, [len(data.targets)], until(time.perf_counter() + 0.2))
     epoch, positions = (epoch + 1, [0]) if warm.done[0] else (epoch, warm.positions)
     steps = ps.version()
     start = time.perf_counter()
     deadline = start + seconds
     while time.perf_counter() < deadline:
-        result = pool.run_round(epoch, positions, until(deadline))
+        result = pool.run_round(epoch, positions, [len(data.targets)], until(deadline))
         epoch, positions = (epoch + 1, [0]) if result.done[0] else (epoch, result.positions)
     elapsed = time.perf_counter() - start
     stats = ps.stats()

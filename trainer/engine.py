@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer import checkpoint as ckpt
+from trainer.averaging import IterateSum, SnapshotPlan
 from trainer.calibration import calibrate, top1_ece
 from trainer.data import (
     LabelledData,
@@ -269,6 +270,7 @@ class _LoopState:
     best_loss: float = math.inf  # the validation loss of the best-scoring epoch
     lowest_loss: float = math.inf  # the lowest validation loss of any epoch
     best_weights: dict[str, torch.Tensor] | None = None
+    iterates: IterateSum = field(default_factory=IterateSum)  # this epoch's snapshots so far
     bad_epochs: int = 0  # epochs since the last one that made progress (_end_epoch)
     lr_cuts: int = 0  # epochs without progress so far (OptimizerConfig.rate)
     finished: bool = False
@@ -331,6 +333,7 @@ def _checkpoint_state(
             "best_loss": state.best_loss,
             "lowest_loss": state.lowest_loss,
             "best_weights": state.best_weights,
+            "iterates": state.iterates.as_dict(),
             "bad_epochs": state.bad_epochs,
             "lr_cuts": state.lr_cuts,
             "finished": state.finished,
@@ -370,6 +373,7 @@ def _restore(saved: dict[str, Any], ps: ParameterServer) -> _LoopState:
         best_loss=float(early["best_loss"]),
         lowest_loss=float(early.get("lowest_loss", early["best_loss"])),  # absent in older checkpoints
         best_weights=early["best_weights"],
+        iterates=IterateSum.from_dict(early.get("iterates"), ps.params[0].device),  # absent in older ones
         bad_epochs=int(early["bad_epochs"]),
         lr_cuts=int(early.get("lr_cuts", 0)),  # absent in older checkpoints
         finished=bool(early["finished"]),
@@ -753,6 +757,12 @@ class _Session:
             prepared.max_epochs,
             len(state.positions),
         )
+        rows, learners = len(prepared.train_targets), len(state.positions)
+        self.plan = SnapshotPlan(
+            tuple(len(range(rank, rows, learners)) for rank in range(learners)),
+            hparams.batch_size,
+            hparams.average_snapshots,
+        )
         self.stop_requested = False
         self.last_checkpoint_time = time.monotonic()
         self.last_checkpoint_version = ps.version()
@@ -763,13 +773,19 @@ class _Session:
         self.report("training")
         while not state.finished:
             self.ps.server[C.LR_CUTS] = state.lr_cuts  # learners are parked between rounds
-            result: RoundResult = self.pool.run_round(state.epoch, state.positions, self._tick)
+            ends = self.plan.next_ends(state.positions)
+            result: RoundResult = self.pool.run_round(state.epoch, state.positions, ends, self._tick)
             state.positions = result.positions
             state.loss_sum += result.loss_sum
             state.loss_count += result.loss_count
             if result.nonfinite is not None:
                 raise NonFiniteLoss(self.ps.version() + 1, result.nonfinite)
-            if all(result.done):
+            if self.hparams.average_snapshots and result.positions == ends:
+                state.iterates.add(self.ps.params)
+            if all(result.done) and self.hparams.average_snapshots:
+                with state.iterates.mean_in(self.ps.params, keep=lambda: state.finished):
+                    _end_epoch(model, state, self.prepared, self.hparams)
+            elif all(result.done):
                 _end_epoch(model, state, self.prepared, self.hparams)
             if self.stop_requested or self._checkpoint_due():
                 self.save_checkpoint()

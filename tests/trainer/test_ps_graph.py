@@ -65,7 +65,7 @@ def _reference(
     ps = _server(torch.device("cpu"))
     task = TextClassifierTask(unique_rows=False, multi_label=targets.ndim == 2, class_weights=class_weights)
     pool = InProcessPool(ps, task, ShardData.of(bags, targets, shared=False), batch, seed=11)
-    return ps, pool.run_round(1, [0], lambda: False)
+    return ps, pool.run_round(1, [0], [ROWS], lambda: False)
 
 
 def _eager(
@@ -179,7 +179,7 @@ def test_the_graph_pool_trains_an_epoch_as_the_k1_loop_and_counts_every_step_onc
     reference, expected = _reference(bags, targets, 4, None)
     ps, pool = _graph_pool(bags, targets, 4)
 
-    result = pool.run_round(1, [0], lambda: False)
+    result = pool.run_round(1, [0], [ROWS], lambda: False)
 
     stats = ps.stats()
     assert result.positions == [ROWS] and result.done == [True] and result.nonfinite is None
@@ -197,15 +197,36 @@ def test_the_graph_pool_trains_an_epoch_as_the_k1_loop_and_counts_every_step_onc
 def test_a_round_parked_by_tick_resumes_where_it_stopped() -> None:
     bags, targets = _data()
     whole, pool = _graph_pool(bags, targets, 2)
-    pool.run_round(1, [0], lambda: False)
+    pool.run_round(1, [0], [ROWS], lambda: False)
     ps, parted = _graph_pool(bags, targets, 2)
     ticks = iter([False, True])
 
-    first = parted.run_round(1, [0], lambda: next(ticks, True))
-    second = parted.run_round(1, first.positions, lambda: False)
+    first = parted.run_round(1, [0], [ROWS], lambda: next(ticks, True))
+    second = parted.run_round(1, first.positions, [ROWS], lambda: False)
 
     assert 0 < first.positions[0] < ROWS and not first.done[0]
     assert first.positions[0] % (2 * STEPS_PER_GRAPH) == 0  # a park ends a chunk
+    assert second.positions == [ROWS] and second.done == [True]
+    assert ps.version() == whole.version() == math.ceil(ROWS / 2)
+    for mine, theirs in zip(ps.params, whole.params, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)  # atomic adds: any order
+
+
+@cuda
+@pytest.mark.gpu
+def test_a_round_ends_at_its_end_position_mid_chunk_and_the_next_goes_on_from_there() -> None:
+    """A snapshot's position (trainer.averaging) cuts a chunk short; the epoch trains as one round."""
+    bags, targets = _data()
+    whole, pool = _graph_pool(bags, targets, 2)
+    pool.run_round(1, [0], [ROWS], lambda: False)
+    ps, parted = _graph_pool(bags, targets, 2)
+    end = 2 * (STEPS_PER_GRAPH + 5)
+
+    first = parted.run_round(1, [0], [end], lambda: False)
+    versions = ps.version()
+    second = parted.run_round(1, first.positions, [ROWS], lambda: False)
+
+    assert first.positions == [end] and first.done == [False] and versions == end // 2
     assert second.positions == [ROWS] and second.done == [True]
     assert ps.version() == whole.version() == math.ceil(ROWS / 2)
     for mine, theirs in zip(ps.params, whole.params, strict=True):
@@ -224,7 +245,7 @@ def test_a_non_finite_loss_ends_the_round_before_its_step() -> None:
     assert bags.offsets[row + 1] > start  # the row has ids
     ps, pool = _graph_pool(bags, targets, 4)
 
-    result: RoundResult = pool.run_round(1, [0], lambda: False)
+    result: RoundResult = pool.run_round(1, [0], [ROWS], lambda: False)
 
     assert result.nonfinite is not None and not math.isfinite(result.nonfinite)
     assert result.positions == [poisoned - poisoned % 4]  # the step that met it is not counted

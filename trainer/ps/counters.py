@@ -44,7 +44,7 @@ STEPS = 6  # gradients this learner computed (pushed or lost with the learner)
 EPOCH = 7  # command from the supervisor: the epoch to work on
 START = 8  # command from the supervisor: position in the learner's shard to start from
 CURSOR = 9  # position after this learner's last applied gradient: written under the apply role
-DONE = 10  # 1: this learner finished its shard of the epoch; 2: it met a non-finite loss
+DONE = 10  # 1: this learner reached END; 2: it met a non-finite loss
 PARKED = 11  # 1: this learner is parked (set by it, cleared by the supervisor at each start)
 COPY_NS = 12  # of PUSH_NS: copying gradients into the slot (the PS's data movement, with applies)
 # 1 + the version this learner's current gradient is computed against, from the read of that
@@ -58,7 +58,8 @@ WAIT_NS = 14  # time waiting at the staleness bound's gate before reading the ve
 # with it set leaves parameters only partly updated (ParameterServer.recover).
 LANDING = 15
 LAND_NS = 16  # time landing this learner's gradients stripe by stripe, outside the apply role
-LEARNER_FIELDS = 17
+END = 17  # command from the supervisor: the position in its shard to park at (trainer.averaging)
+LEARNER_FIELDS = 18
 
 FIELDS = max(SERVER_FIELDS, LEARNER_FIELDS)
 

@@ -60,7 +60,7 @@ class StreamPool:
         self.bags, self.targets = data.bags(), data.targets.numpy()
         self.errors: list[BaseException] = []
 
-    def _run(self, rank: int, epoch: int, start: int) -> None:
+    def _run(self, rank: int, epoch: int, start: int, end: int) -> None:
         from trainer.step import DataCursor
 
         server = self.ps.server
@@ -71,7 +71,7 @@ class StreamPool:
                     self.workers[rank],
                     self.bags,
                     self.targets,
-                    shard,
+                    shard[:end],
                     start,
                     self.batch_size,
                     self.losses[rank],
@@ -85,8 +85,10 @@ class StreamPool:
             self.errors.append(exc)
             server[C.PAUSE] = 1
 
-    def run_round(self, epoch: int, positions: list[int], tick: Callable[[], bool]) -> RoundResult:
-        """Run every learner from its position until its shard ends or PAUSE; then drain."""
+    def run_round(
+        self, epoch: int, positions: list[int], ends: list[int], tick: Callable[[], bool]
+    ) -> RoundResult:
+        """Run every learner from its position until its ``ends`` position or PAUSE; then drain."""
         from trainer.step import DataCursor
 
         ps, server = self.ps, self.ps.server
@@ -100,7 +102,10 @@ class StreamPool:
         server[C.PAUSE] = 0
         threads = [
             threading.Thread(
-                target=self._run, args=(r, epoch, positions[r]), name=f"taas-learner-{r}", daemon=True
+                target=self._run,
+                args=(r, epoch, positions[r], ends[r]),
+                name=f"taas-learner-{r}",
+                daemon=True,
             )
             for r in range(self.learners)
         ]

@@ -339,12 +339,15 @@ class GraphPool:
         dense = sum(p.numel() * p.element_size() for p in ps.params[1:])
         self._bytes = (dense, 8 + table.shape[1] * table.element_size())  # per step, per id
 
-    def run_round(self, epoch: int, positions: list[int], tick: Callable[[], bool]) -> RoundResult:
-        """Replay chunks from ``positions[0]`` until the shard ends, ``tick()`` asks to park,
-        or a loss comes back non-finite; then wait for the GPU."""
+    def run_round(
+        self, epoch: int, positions: list[int], ends: list[int], tick: Callable[[], bool]
+    ) -> RoundResult:
+        """Replay chunks from ``positions[0]`` until ``ends[0]`` (the last chunk cut short
+        there), ``tick()`` asks to park, or a loss comes back non-finite; then wait for the GPU."""
         from trainer.step import DataCursor
 
-        shard = DataCursor(epoch=epoch, seed=self.seed).shard(len(self.targets), 0, 1)
+        whole = DataCursor(epoch=epoch, seed=self.seed).shard(len(self.targets), 0, 1)
+        shard = whole[: ends[0]]
         self.ps.counters.learner(0)[C.CURSOR] = positions[0]
         position, queue, failed = positions[0], deque[_InFlight](), False
         self.stream.wait_stream(torch.cuda.current_stream(self.device))  # e.g. a restore's copies
@@ -368,7 +371,7 @@ class GraphPool:
                 else:
                     failed = self._harvest(item)
         self.stream.synchronize()
-        return _collect(self.ps, self.losses, [len(shard)])
+        return _collect(self.ps, self.losses, [len(whole)])
 
     def _launch(self, chunk: PackedChunk) -> _InFlight:
         """Queue a chunk on the learner's stream: its inputs, the replay, its losses back."""

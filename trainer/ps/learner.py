@@ -201,6 +201,7 @@ def learner_process(
         if server[C.STOP] or supervisor_gone():
             return
         shard = DataCursor(epoch=int(mine[C.EPOCH]), seed=seed).shard(len(targets), rank, learners)
+        shard = shard[: int(mine[C.END])]
         try:
             position = run_shard(
                 learner,

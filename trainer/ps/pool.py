@@ -106,14 +106,23 @@ class InProcessPool:
 
     learners = 1
 
-    def run_round(self, epoch: int, positions: list[int], tick: Callable[[], bool]) -> RoundResult:
-        """Run from ``positions[0]`` until the shard ends or ``tick()`` asks to park."""
+    def run_round(
+        self, epoch: int, positions: list[int], ends: list[int], tick: Callable[[], bool]
+    ) -> RoundResult:
+        """Run from ``positions[0]`` until ``ends[0]`` or ``tick()`` asks to park."""
         from trainer.step import DataCursor
 
         shard = DataCursor(epoch=epoch, seed=self.seed).shard(len(self.targets), 0, 1)
         self.ps.counters.learner(0)[C.CURSOR] = positions[0]
         run_shard(
-            self.learner, self.bags, self.targets, shard, positions[0], self.batch_size, self.losses[0], tick
+            self.learner,
+            self.bags,
+            self.targets,
+            shard[: ends[0]],
+            positions[0],
+            self.batch_size,
+            self.losses[0],
+            tick,
         )
         self.ps.drain()  # nothing is READY with one learner; kept for the invariant's sake
         return _collect(self.ps, self.losses, [len(shard)])
@@ -178,8 +187,11 @@ class ProcessPool:
         payload = (self.ps.without_locks(), self.task, self.data, self.learners, self.batch_size, self.seed)
         self.conns[rank].send(payload)
 
-    def run_round(self, epoch: int, positions: list[int], tick: Callable[[], bool]) -> RoundResult:
-        """Start every learner at its position; return when all are parked and slots drained.
+    def run_round(
+        self, epoch: int, positions: list[int], ends: list[int], tick: Callable[[], bool]
+    ) -> RoundResult:
+        """Start every learner at its position; return when all are parked (each at its
+        ``ends`` position, or earlier when asked to park) and slots drained.
 
         ``tick()`` runs every ~50 ms meanwhile; when it returns true, PAUSE is raised so the
         learners park at their next step boundary. Raises SuspectState when a learner died
@@ -200,6 +212,7 @@ class ProcessPool:
         for rank in range(self.learners):
             mine = ps.counters.learner(rank)
             mine[C.EPOCH], mine[C.START], mine[C.CURSOR] = epoch, positions[rank], positions[rank]
+            mine[C.END] = ends[rank]
             mine[C.DONE], mine[C.PARKED] = 0, 0
         server[C.PAUSE] = 0
         for go in self.go:

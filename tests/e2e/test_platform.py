@@ -196,6 +196,40 @@ def test_job_training_at_sigterm_checkpoints_and_the_next_up_resumes_it(
     assert info["progress"]["resumed"] >= 1
 
 
+def test_a_ctrl_c_while_taas_loads_ends_it_with_130_and_no_traceback(tmp_path: Path) -> None:
+    """The CLI's imports take a second or so; a Ctrl-C in them printed a KeyboardInterrupt's
+    traceback from whichever module was loading. The signal is sent once the first of them
+    (httpx) has loaded, as Python's import-time profile reports it on stderr."""
+    taas = str(Path(sys.executable).with_name("taas"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAAS_")}
+    env["PYTHONPROFILEIMPORTTIME"] = "1"
+    up = subprocess.Popen(
+        [taas, "up", "--port", str(chaos.free_port()), "--data-dir", str(tmp_path / "var")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert up.stderr is not None
+        for line in up.stderr:
+            if line.split("|")[-1].strip() == "httpx":
+                break
+        else:
+            pytest.fail("httpx was never imported")
+
+        up.send_signal(signal.SIGINT)
+        rest = up.stderr.read()
+
+        assert up.wait(timeout=30) == 130
+        assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest[-2000:]
+        assert not (tmp_path / "var").exists()  # it stopped before doing anything
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+
+
 def test_the_supervisor_keeps_supervising_when_its_stderr_cannot_be_written(tmp_path: Path) -> None:
     """With stderr in a file on a full disk, the OSError of a child's exit line ended `taas up`
     and every process with it. Here stderr is a pipe whose reader has gone (EPIPE)."""

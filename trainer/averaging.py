@@ -98,9 +98,9 @@ class IterateSum:
             raise ValueError("no snapshot was taken")
         with torch.no_grad():
             last = [p.detach().clone() for p in params]
-            for p, total in zip(params, self.sums, strict=True):
-                p.copy_(total / self.count)
             try:
+                for p, total in zip(params, self.sums, strict=True):
+                    p.copy_(total / self.count)
                 yield
             finally:
                 if not keep():

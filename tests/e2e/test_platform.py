@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -209,7 +210,11 @@ def test_a_ctrl_c_while_taas_loads_ends_it_with_130_and_no_traceback(tmp_path: P
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        # a terminal's Ctrl-C: pytest-xdist's workers ignore SIGINT, and their children inherit it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    watchdog = threading.Timer(60, up.kill)  # the reads below block until taas ends
+    watchdog.start()
     try:
         assert up.stderr is not None
         for line in up.stderr:
@@ -221,10 +226,11 @@ def test_a_ctrl_c_while_taas_loads_ends_it_with_130_and_no_traceback(tmp_path: P
         up.send_signal(signal.SIGINT)
         rest = up.stderr.read()
 
-        assert up.wait(timeout=30) == 130
+        assert up.wait(timeout=30) == 130, rest[-2000:]
         assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest[-2000:]
         assert not (tmp_path / "var").exists()  # it stopped before doing anything
     finally:
+        watchdog.cancel()
         if up.poll() is None:
             up.kill()
             up.wait()

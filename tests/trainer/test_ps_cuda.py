@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +15,14 @@ import torch
 from trainer.data import LabelledData
 from trainer.engine import train
 from trainer.errors import TrainingStopped
+from trainer.features import Featurizer, FeaturizerConfig
 from trainer.hparams import HParams
 from trainer.inference import LoadedModel
+from trainer.model import ModelConfig, TextClassifier
+from trainer.ps.cuda import StreamPool
+from trainer.ps.learner import ShardData
 from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer
+from trainer.step import TextClassifierTask, model_parameters
 
 pytestmark = [
     pytest.mark.gpu,
@@ -142,3 +148,34 @@ def test_the_cuda_benchmark_reports_every_mode_side_by_side() -> None:
     assert set(rows) == modes | {("sparse", "ps-graph")}  # the graph learner: the production model
     assert all(row["samples_per_s"] > 0 for row in rows.values())
     assert all(0 <= rows[(m, "ps")]["apply_busy"] <= 1 for m in ("sparse", "dense"))
+
+
+def test_a_stream_round_starts_after_the_supervisors_writes_between_rounds() -> None:
+    """Between rounds the supervisor writes the parameters on its own stream: a snapshot's
+    sum reads them, the epoch's mean is swapped in and the last iterate back, a resume
+    restores them (trainer.averaging, engine._restore). The learners' streams are not ordered
+    after that stream by themselves (torch's streams do not wait for the default one), so a
+    round must make them wait: a write still queued when the round began, behind a second of
+    GPU work, landed after the round's updates and erased them (seen on an H200)."""
+    device = torch.device("cuda")
+    texts = [f"play song {i}" if i % 2 else f"weather today {i}" for i in range(32)]
+    featurizer, bags = Featurizer.fit_transform(texts, FeaturizerConfig())
+    targets = np.arange(32, dtype=np.int64) % 2
+    model = TextClassifier(
+        ModelConfig(rows=featurizer.rows, dim=8, classes=2), embedding_init=0.1, output_init=0.1
+    )
+    opt = OptimizerConfig(kind="sgd", lr=0.5)
+    ps = ParameterServer.create(model_parameters(model), opt, 2, len(bags.ids), shared=False, device=device)
+    task = partial(TextClassifierTask, unique_rows=False, multi_label=False, class_weights=None)
+    pool = StreamPool(ps, task, ShardData.of(bags, targets, shared=False), 4, 7, device)
+    bias = ps.params[2]
+    # a first round: the learners' streams hold their memory, and the next round allocates
+    # nothing (a cudaMalloc may synchronise the device, and hid the race in a first round)
+    pool.run_round(1, [0, 0], [8, 8], lambda: False)
+
+    torch.cuda._sleep(2_000_000_000)  # a second of work on the supervisor's stream, then its write
+    bias.fill_(0.0)
+    result = pool.run_round(1, [8, 8], [16, 16], lambda: False)
+
+    assert result.positions == [16, 16] and ps.version() == 8
+    assert not bool(bias.eq(0.0).all())  # the round's 4 updates came after the write

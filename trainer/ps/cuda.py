@@ -99,6 +99,12 @@ class StreamPool:
         ]
         for rank in range(self.learners):
             ps.counters.learner(rank)[C.CURSOR] = positions[rank]
+        # The supervisor's writes since the last round (a snapshot's sum reading the
+        # parameters, the epoch's mean swapped out, a restore) are queued on its stream, which
+        # the learners' streams do not wait for by themselves (GraphPool.run_round likewise)
+        supervisor = torch.cuda.current_stream(self.device)
+        for stream in self.streams:
+            stream.wait_stream(supervisor)
         server[C.PAUSE] = 0
         threads = [
             threading.Thread(

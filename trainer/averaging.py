@@ -41,16 +41,19 @@ class SnapshotPlan:
     snapshots: int
 
     @property
+    def steps(self) -> int:
+        """The longest shard's mini-batches."""
+        return math.ceil(max(self.shards, default=0) / self.batch_size)
+
+    @property
     def every(self) -> int:
         """Mini-batches between two snapshots."""
-        steps = math.ceil(max(self.shards, default=0) / self.batch_size)
-        return max(1, math.ceil(steps / self.snapshots)) if self.snapshots else max(1, steps)
+        return max(1, math.ceil(self.steps / self.snapshots) if self.snapshots else self.steps)
 
     @property
     def count(self) -> int:
         """The snapshots an epoch takes; the last one is at its end."""
-        steps = math.ceil(max(self.shards, default=0) / self.batch_size)
-        return max(1, math.ceil(steps / self.every))
+        return max(1, math.ceil(self.steps / self.every))
 
     def ends(self, index: int) -> list[int]:
         """Each learner's shard position of snapshot ``index`` (1-based)."""
@@ -92,10 +95,12 @@ class IterateSum:
         """Hold the snapshots' mean in ``params`` for the block, then start the next epoch's sum.
 
         The last iterate comes back afterwards, for training to go on from, unless ``keep()``
-        is true then (training has finished: the mean is the model).
+        is true then (training has finished: the mean is the model). With nothing summed
+        (``average_snapshots`` 0) the block runs on the last iterate.
         """
         if self.sums is None:
-            raise ValueError("no snapshot was taken")
+            yield
+            return
         with torch.no_grad():
             last = [p.detach().clone() for p in params]
             try:

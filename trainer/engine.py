@@ -79,7 +79,14 @@ from trainer.ps.learner import ShardData
 from trainer.ps.pool import InProcessPool, ProcessPool, RoundResult, SuspectState, forgetting_freed_storages
 from trainer.ps.server import OptimizerConfig, ParameterServer
 from trainer.ps.stripes import default_stripes
-from trainer.step import DataCursor, TextClassifierTask, epoch_updates, model_parameters, multi_label_loss
+from trainer.step import (
+    DataCursor,
+    TextClassifierTask,
+    epoch_updates,
+    model_parameters,
+    multi_label_loss,
+    shard_lengths,
+)
 
 log = logging.getLogger(__name__)
 
@@ -757,9 +764,8 @@ class _Session:
             prepared.max_epochs,
             len(state.positions),
         )
-        rows, learners = len(prepared.train_targets), len(state.positions)
         self.plan = SnapshotPlan(
-            tuple(len(range(rank, rows, learners)) for rank in range(learners)),
+            shard_lengths(len(prepared.train_targets), len(state.positions)),
             hparams.batch_size,
             hparams.average_snapshots,
         )
@@ -782,11 +788,9 @@ class _Session:
                 raise NonFiniteLoss(self.ps.version() + 1, result.nonfinite)
             if self.hparams.average_snapshots and result.positions == ends:
                 state.iterates.add(self.ps.params)
-            if all(result.done) and self.hparams.average_snapshots:
+            if all(result.done):
                 with state.iterates.mean_in(self.ps.params, keep=lambda: state.finished):
                     _end_epoch(model, state, self.prepared, self.hparams)
-            elif all(result.done):
-                _end_epoch(model, state, self.prepared, self.hparams)
             if self.stop_requested or self._checkpoint_due():
                 self.save_checkpoint()
             if self.stop_requested:

@@ -44,11 +44,16 @@ class DataCursor:
         return asdict(self)
 
 
+def shard_lengths(rows: int, learners: int) -> tuple[int, ...]:
+    """Each learner's rows in an epoch: every ``learners``-th row (:meth:`DataCursor.shard`)."""
+    return tuple(len(range(rank, rows, learners)) for rank in range(learners))
+
+
 def epoch_updates(rows: int, learners: int, batch_size: int) -> int:
-    """The updates one epoch makes: each learner's ceil(shard / batch), its shard every
-    ``learners``-th row (:meth:`DataCursor.shard`). K learners may make up to K - 1 more than
-    ceil(rows / batch): the progress reports counted past their total (22,520 of 22,500)."""
-    return sum(math.ceil(len(range(rank, rows, learners)) / batch_size) for rank in range(learners))
+    """The updates one epoch makes: each learner's ceil(shard / batch). K learners may make up
+    to K - 1 more than ceil(rows / batch): the progress reports counted past their total
+    (22,520 of 22,500)."""
+    return sum(math.ceil(shard / batch_size) for shard in shard_lengths(rows, learners))
 
 
 @dataclass(frozen=True)

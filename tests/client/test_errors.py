@@ -7,10 +7,9 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from click.testing import Result
 
 from service.client import commands
 from service.client.api import ClientError, segments
+from tests.client.local_server import serving
 from tests.e2e.conftest import Platform
 
 
@@ -58,7 +58,7 @@ def test_a_reply_that_is_not_json_is_one_line(taas: Callable[..., Result]) -> No
         def log_message(self, *_: object) -> None:
             pass
 
-    with _serving(Html) as url:
+    with serving(Html) as url:
         result = taas("login", url, "some-key")
 
     assert result.exit_code == 1
@@ -289,7 +289,7 @@ def test_the_servers_collection_index_is_told_as_the_text_number(
         def log_message(self, *_: object) -> None:
             pass
 
-    with _serving(Refuse) as url:
+    with serving(Refuse) as url:
         monkeypatch.setattr(commands, "_api", lambda: commands.Api(url, "k"))
         result = taas("classify", "some-id", "a", "b", "c", "d" * 5000)
 
@@ -330,19 +330,5 @@ def _answering(status: int, body: bytes, authorizations: list[str]) -> Iterator[
         def log_message(self, *_: object) -> None:
             pass
 
-    with _serving(Answer) as url:
+    with serving(Answer) as url:
         yield url
-
-
-@contextmanager
-def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """``handler`` serving at the yielded URL until the block ends. A thread left waiting for a
-    request the client never sent raised on the closed socket, in whichever test came next."""
-    with HTTPServer(("127.0.0.1", 0), handler) as server:
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.server_port}"
-        finally:
-            server.shutdown()
-            thread.join()

@@ -4,13 +4,10 @@ as such a server did."""
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
+from http.server import BaseHTTPRequestHandler
 
 from service.client.api import Api
+from tests.client.local_server import serving
 
 # GET /v1/admin/tenants before the dashboard's paging: every tenant, no "pages", no name filter
 UNPAGED = {
@@ -34,19 +31,9 @@ class _Unpaged(BaseHTTPRequestHandler):
         """Quiet."""
 
 
-@pytest.fixture
-def unpaged_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Unpaged)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_tenants_of_a_server_from_before_paging_are_listed_and_filtered_here(unpaged_server: str) -> None:
+def test_tenants_of_a_server_from_before_paging_are_listed_and_filtered_here() -> None:
     """The listing read a "pages" key those servers do not send: a KeyError's traceback."""
-    with Api(unpaged_server, "admin-key") as api:
+    with serving(_Unpaged) as url, Api(url, "admin-key") as api:
         assert [t["name"] for t in api.all_tenants()] == ["acme", "Globex"]
         assert [t["name"] for t in api.all_tenants("GLOB")] == ["Globex"]
         assert api.all_tenants("nobody") == []

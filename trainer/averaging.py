@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -75,16 +75,26 @@ class SnapshotPlan:
 
 @dataclass
 class IterateSum:
-    """The running sum of this epoch's snapshots of the parameters, and their count."""
+    """The running sum of this epoch's snapshots of the parameters, and their count.
 
-    sums: list[torch.Tensor] | None = None
+    The sum's buffers, and those that hold the last iterate while the mean is in the
+    parameters, are allocated once and reused every epoch: a fresh tensor of a full table
+    (77 MB) costs several times an add into a resident one, its pages being zeroed as they
+    are first touched (benchmarks/averaging_cost.py).
+    """
+
+    sums: list[torch.Tensor] | None = None  # valid while count > 0
     count: int = 0
+    _last: list[torch.Tensor] | None = field(default=None, repr=False, compare=False)
 
     def add(self, params: list[torch.Tensor]) -> None:
         """Take a snapshot (the learners are parked: the parameters are at one version)."""
         with torch.no_grad():
             if self.sums is None:
                 self.sums = [p.detach().clone() for p in params]
+            elif self.count == 0:
+                for total, p in zip(self.sums, params, strict=True):
+                    total.copy_(p)
             else:
                 for total, p in zip(self.sums, params, strict=True):
                     total.add_(p)
@@ -98,24 +108,28 @@ class IterateSum:
         is true then (training has finished: the mean is the model). With nothing summed
         (``average_snapshots`` 0) the block runs on the last iterate.
         """
-        if self.sums is None:
+        if self.sums is None or self.count == 0:
             yield
             return
         with torch.no_grad():
-            last = [p.detach().clone() for p in params]
+            if self._last is None:
+                self._last = [p.detach().clone() for p in params]
+            else:
+                for iterate, p in zip(self._last, params, strict=True):
+                    iterate.copy_(p)
             try:
                 for p, total in zip(params, self.sums, strict=True):
-                    p.copy_(total / self.count)
+                    p.copy_(total).div_(self.count)
                 yield
             finally:
                 if not keep():
-                    for p, iterate in zip(params, last, strict=True):
+                    for p, iterate in zip(params, self._last, strict=True):
                         p.copy_(iterate)
-        self.sums, self.count = None, 0
+        self.count = 0
 
     def as_dict(self) -> dict[str, Any]:
         """For a checkpoint: the sums on the CPU (None between epochs) and the count."""
-        sums = None if self.sums is None else [s.detach().cpu().clone() for s in self.sums]
+        sums = None if self.sums is None or not self.count else [s.detach().cpu().clone() for s in self.sums]
         return {"sums": sums, "count": self.count}
 
     @classmethod

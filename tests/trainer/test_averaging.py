@@ -89,7 +89,36 @@ def test_the_mean_is_held_for_the_block_then_the_last_iterate_comes_back() -> No
     with sums.mean_in(params, keep=lambda: False):
         assert all(torch.equal(p, torch.full_like(p, 3.0)) for p in params)
     assert all(torch.equal(p, torch.full_like(p, 6.0)) for p in params)
-    assert sums.count == 0 and sums.sums is None  # the next epoch sums afresh
+    assert sums.count == 0 and sums.as_dict()["sums"] is None
+
+
+def test_the_next_epoch_sums_afresh_in_the_same_buffers() -> None:
+    params = [torch.zeros(3)]
+    sums = IterateSum()
+    buffers = []
+    for epoch_values in ((1.0, 2.0), (10.0, 20.0, 30.0)):
+        for value in epoch_values:
+            params[0].fill_(value)
+            sums.add(params)
+        assert sums.sums is not None
+        buffers.append(sums.sums[0].data_ptr())
+        with sums.mean_in(params, keep=lambda: False):
+            mean = params[0].clone()
+    assert torch.equal(mean, torch.full((3,), 20.0)) and torch.equal(params[0], torch.full((3,), 30.0))
+    assert buffers[0] == buffers[1]  # no table allocated per epoch
+
+
+def test_a_failure_while_the_mean_is_held_leaves_the_iterate_and_the_sum() -> None:
+    params = [torch.zeros(2)]
+    sums = IterateSum()
+    for value in (2.0, 4.0):
+        params[0].fill_(value)
+        sums.add(params)
+
+    with pytest.raises(RuntimeError), sums.mean_in(params, keep=lambda: False):
+        raise RuntimeError("validation failed")
+    assert torch.equal(params[0], torch.full((2,), 4.0))
+    assert sums.count == 2 and sums.sums is not None and torch.equal(sums.sums[0], torch.full((2,), 6.0))
 
 
 def test_a_finished_training_keeps_the_mean() -> None:

@@ -97,7 +97,8 @@ class Settings(BaseSettings):
     learners: int = Field(
         0,
         ge=0,
-        description="Learner processes per training job (K); 0 = auto: one per core, fewer for small data.",
+        description="Learner processes per training job (K); 0 = auto: one per core, fewer for small data. "
+        "Never more than an epoch has mini-batches (a 60-row set takes at most 4).",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",

@@ -158,14 +158,24 @@ def _targets(data: TrainingData, labels: list[str]) -> np.ndarray:
 
 
 def _split(data: TrainingData, hparams: HParams) -> tuple[np.ndarray, np.ndarray]:
-    """The seeded (train, validation) split: stratified by class, or multilabel_split's."""
+    """The seeded (train, validation) rows: stratified by class, or multilabel_split's; every
+    row in training and none held out when the validation part would hold fewer than
+    ``min_validation_rows`` (see _prepare)."""
     if isinstance(data, MultiLabelData):
-        return multilabel_split(data.label_sets, hparams.validation_fraction, hparams.seed)
-    return stratified_split(data.labels, hparams.validation_fraction, hparams.seed)
+        train_idx, validation_idx = multilabel_split(
+            data.label_sets, hparams.validation_fraction, hparams.seed
+        )
+    else:
+        train_idx, validation_idx = stratified_split(data.labels, hparams.validation_fraction, hparams.seed)
+    if len(validation_idx) < hparams.min_validation_rows:
+        return np.arange(len(data), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return train_idx, validation_idx
 
 
-def _prepare(data: TrainingData, hparams: HParams, fingerprint: str) -> _Prepared:
-    """Split, fit the featurizer on the training part, and plan the epochs.
+def _prepare(
+    data: TrainingData, hparams: HParams, fingerprint: str, split: tuple[np.ndarray, np.ndarray]
+) -> _Prepared:
+    """Fit the featurizer on the training part of ``split`` (_split's) and plan the epochs.
 
     Validation split: a seeded stratified ``validation_fraction`` (classes with fewer than
     3 examples stay whole in training; multi-label data: see multilabel_split). When it
@@ -180,9 +190,7 @@ def _prepare(data: TrainingData, hparams: HParams, fingerprint: str) -> _Prepare
     """
     labels = data.classes
     targets = _targets(data, labels)
-    train_idx, validation_idx = _split(data, hparams)
-    if len(validation_idx) < hparams.min_validation_rows:
-        train_idx, validation_idx = np.arange(len(data), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    train_idx, validation_idx = split
     config = FeaturizerConfig(
         word_ngrams=hparams.word_ngrams,
         char_ngram_min=hparams.char_ngram_min,
@@ -471,7 +479,8 @@ def train(
     each row is one example of one class.
 
     ``learners``: K learner processes sharing one parameter server (1 = in-process; 0 =
-    auto: one per core, fewer for data too small to keep them busy, see auto_learners).
+    auto: one per core, fewer for data too small to keep them busy, see auto_learners;
+    never more than an epoch has mini-batches).
     ``workdir`` holds checkpoints (every ``checkpoint_every_updates`` updates or
     ``checkpoint_every_seconds`` seconds); if it already holds a valid one, training RESUMES
     from it, and that checkpoint's hyper-parameters and learner count win over the
@@ -600,9 +609,16 @@ def _train(
         hparams = HParams.from_dict(saved[ckpt.HPARAMS])
         learners = len(saved[ckpt.CURSORS])  # the cursors are per learner: resume with the same K
 
-    if not learners:  # auto; the plan's exact steps per epoch are known only after the split
-        steps = math.ceil(len(data) * (1 - hparams.validation_fraction) / hparams.batch_size)
+    split = _split(data, hparams)
+    steps = math.ceil(len(split[0]) / hparams.batch_size)  # an epoch's mini-batches
+    if not learners:  # auto
         learners = cuda_learners(hparams.optimizer) if on_cuda else auto_learners(steps)
+    elif saved is None and learners > steps > 0:
+        # a learner per mini-batch at most: more split the epoch into shards of less than a
+        # batch, each a step, and the plan's epochs ran K steps each, not ``steps`` (16
+        # learners on a 60-row set: four times the updates, five times the seconds of K = 1)
+        log.info("%d learners asked for, %d used: an epoch has %d mini-batches", learners, steps, steps)
+        learners = steps
     # Learner processes start now, so their start-up overlaps featurisation.
     processes = ProcessPool(learners, default_stripes(learners)) if learners > 1 and not on_cuda else None
     pool: InProcessPool | ProcessPool | StreamPool | GraphPool | None = processes
@@ -610,7 +626,7 @@ def _train(
     try:
         early = ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, learners)
         early.report("preparing", epoch=1, step=0, loss=None, checkpoints=0, resumed=0)
-        prepared = _prepare(data, hparams, fingerprint)
+        prepared = _prepare(data, hparams, fingerprint, split)
         # no n-gram at all (the featurizer has already read every training text); the whole data
         # only: a fold of a few rows may hold none with a word, and trains to uniform scores
         if cross_fit and prepared.featurizer.rows == 0:

@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from synthetic import synthetic_data
 from torch.multiprocessing.reductions import shared_cache
 
 from trainer.data import LabelledData
@@ -204,6 +205,19 @@ def test_a_stopped_two_learner_run_resumes_to_the_planned_update_count(
     assert resumed.resumed == 1 and resumed.learners == 2  # the checkpoint's K wins
     assert resumed.applied_updates == expected
     assert resumed.ps["applied"] == resumed.ps["pushed"] == expected
+
+
+def test_no_more_learners_start_than_an_epoch_has_mini_batches(tmp_path: Path, fixed_plan: HParams) -> None:
+    """12 rows in batches of 4: 8 learners would split each epoch into 8 steps of a row or two,
+    doubling the plan's updates; 3 train it as K = 1 would, in 3 steps an epoch."""
+    hparams = dataclasses.replace(fixed_plan, cross_fit_folds=0, max_epochs=5)
+
+    result = train(
+        synthetic_data(4), workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=hparams, learners=8
+    )
+
+    assert result.learners == 3
+    assert result.applied_updates == planned_updates(12, hparams, 1) == 15
 
 
 def test_two_learners_train_long_texts_of_a_small_vocabulary(tmp_path: Path, fixed_plan: HParams) -> None:

@@ -218,9 +218,9 @@ def check_room_for_upload(
     ``counts`` (``CLASSIFIER_UPLOAD``, ``VERSION_UPLOAD``, ``DATASET_UPLOAD``) is reached, or
     the tenant's dataset rows or bytes are used up.
 
-    Asked before an upload is validated (seconds of CPU for a big one, with one of the API's
-    database slots held): a tenant at its row quota paid that for every refused upload, and
-    slowed every other tenant's requests by sending them in a loop. A read, ended here; the
+    Asked before an upload is validated (seconds of CPU for a big one): a tenant at its row
+    quota paid that for every refused upload, and slowed every other tenant's requests by
+    sending them in a loop. A read, ended here; the
     exact check, with the sizes, is made in the transaction that adds the rows.
 
     The read ends with a commit, not a rollback: a rollback expires every object in the session,

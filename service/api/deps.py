@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 import anyio
-from anyio import to_thread
+from anyio import from_thread, to_thread
 from fastapi import Depends, Header, Query, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
@@ -122,6 +122,32 @@ async def without_db_slot(
     result = await body
     try:
         await slot.take()
+    except BaseException:
+        if discard is not None:
+            discard(result)
+        raise
+    return result
+
+
+def blocking_without_db_slot(
+    session: Session, work: Callable[[], _T], *, discard: Callable[[_T], object] | None = None
+) -> _T:
+    """From a route's worker thread: end the session's read and run ``work`` (an upload's
+    validation and its copy to the store: most of a second for the largest, longer to a slow
+    remote store) with the request's database slot given back, then take one again
+    (``discard`` undoes the work when none comes within the pool's timeout). Outside a
+    request (no slot) ``work`` just runs.
+
+    The slot was held through it: uploads of one tenant, each in validation or on its way
+    to S3, held every slot, and other tenants' status polls waited for them."""
+    slot: _DbSlot | None = session.info.get(_SLOT)
+    if slot is None:
+        return work()
+    session.commit()  # ends the read (objects stay loaded): the connection goes back to the pool
+    from_thread.run_sync(slot.give_back)
+    result = work()
+    try:
+        from_thread.run(slot.take)
     except BaseException:
         if discard is not None:
             discard(result)

@@ -3,7 +3,8 @@
 Blocking (validation, file moves, the upload to a remote store): routes run these in the thread
 pool. Each one discards the spooled upload whatever happens. An upload is validated and stored
 (:func:`service.datasets.stage_upload`) before the transaction begins, once a read has found
-room for it (``quotas.check_room_for_upload``); quotas are then checked (the sizes are known)
+room for it (``quotas.check_room_for_upload``), with the request's database slot given back
+meanwhile (:func:`service.api.deps.blocking_without_db_slot`); quotas are then checked (the sizes are known)
 inside the transaction that adds the rows (``service.quotas``), and a refusal removes the
 stored file again.
 """
@@ -11,12 +12,14 @@ stored file again.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from enum import StrEnum
 from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
 from service import classifiers, datasets, quotas, versions
+from service.api.deps import blocking_without_db_slot
 from service.api.schemas import CreateFromDataset, VersionFromDataset
 from service.api.uploads import RAW_BODY, Upload
 from service.callback_urls import UnsafeCallback, check_callback_url
@@ -52,7 +55,7 @@ def classifier_from_upload(
             ClassifierMode, metadata.get("mode", ClassifierMode.SINGLE_LABEL.value), "training_metadata.mode"
         )
         quotas.check_room_for_upload(session, settings, tenant_id, counts=quotas.CLASSIFIER_UPLOAD)
-        staged = _stage_training_data(upload, store, settings, tenant_id)
+        staged = _stage_training_data(upload, session, store, settings, tenant_id)
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_create_classifier(
                 session,
@@ -96,7 +99,7 @@ def version_from_upload(
             metadata.get("callback_url"), "training_metadata.callback_url", settings, classifier.tenant_id
         )
         quotas.check_room_for_upload(session, settings, classifier.tenant_id, counts=quotas.VERSION_UPLOAD)
-        staged = _stage_training_data(upload, store, settings, classifier.tenant_id)
+        staged = _stage_training_data(upload, session, store, settings, classifier.tenant_id)
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_add_version(
                 session,
@@ -170,8 +173,12 @@ def dataset_from_upload(
             raise BadRequest(TRAINING_DATA, "send the data once: a 'training_data' and a 'file' part came")
         checked = datasets.check_name(_name(name, upload), "name", settings.max_name_chars)
         quotas.check_room_for_upload(session, settings, tenant_id, counts=quotas.DATASET_UPLOAD)
-        staged = datasets.stage_upload(
-            store, sent[0], "labelled", Limits.from_settings(settings), tenant_id=tenant_id
+        staged = _staged(
+            session,
+            store,
+            lambda: datasets.stage_upload(
+                store, sent[0], "labelled", Limits.from_settings(settings), tenant_id=tenant_id
+            ),
         )
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_store_dataset(
@@ -194,12 +201,26 @@ def _name(query: str | None, upload: Upload) -> str:
 
 
 def _stage_training_data(
-    upload: Upload, store: ArtifactStore, settings: Settings, tenant_id: str
+    upload: Upload, session: Session, store: ArtifactStore, settings: Settings, tenant_id: str
 ) -> datasets.StagedDataset:
     if TRAINING_DATA not in upload.files:
         raise BadRequest(TRAINING_DATA, "the multipart part 'training_data' is required")
-    return datasets.stage_upload(
-        store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings), tenant_id=tenant_id
+    return _staged(
+        session,
+        store,
+        lambda: datasets.stage_upload(
+            store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings), tenant_id=tenant_id
+        ),
+    )
+
+
+def _staged(
+    session: Session, store: ArtifactStore, stage: Callable[[], datasets.StagedDataset]
+) -> datasets.StagedDataset:
+    """``stage()`` (validation and the copy to the store) with the request's database slot given
+    back meanwhile; its files removed again if no slot comes back."""
+    return blocking_without_db_slot(
+        session, stage, discard=lambda staged: datasets.remove_unrecorded(store, staged.path)
     )
 
 

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -155,6 +156,54 @@ def test_a_tenants_stalled_uploads_leave_the_others_database_routes_answering(
             conn.close()
     assert polled.status_code == 200, polled.text
     assert waited < POOL_TIMEOUT_S / 3
+
+
+def test_uploads_on_their_way_to_the_store_leave_the_others_database_routes_answering(
+    server: tuple[int, FastAPI], tenant_factory: Callable[..., Any]
+) -> None:
+    """An upload's validation and its copy to the store (a slow S3, here a copy held back)
+    held the request's database slot: a tenant's uploads, as many as there are slots, made
+    every other tenant's status poll wait the pool's 30 s for a 503. Now they give it back;
+    every upload still lands once the store takes it."""
+    port, app = server
+    noisy, other = tenant_factory(), tenant_factory()
+    store, release = app.state.store, threading.Event()
+    put_file, copying = store.put_file, []
+
+    def held_put_file(source: Any, dest: Any) -> None:
+        copying.append(dest)
+        release.wait(POOL_TIMEOUT_S * 2)
+        put_file(source, dest)
+
+    store.put_file = held_put_file
+    body = "text,label\r\nhot day,weather\r\ncold night,weather\r\nnice goal,sport\r\n"
+    with ThreadPoolExecutor(POOL_CONNECTIONS + 2) as uploaders:
+        uploads = [
+            uploaders.submit(
+                httpx.post,
+                f"http://127.0.0.1:{port}/v1/datasets",
+                content=body.encode(),
+                headers={**noisy.headers, "Content-Type": "text/csv"},
+                timeout=POOL_TIMEOUT_S * 3,
+            )
+            for _ in range(POOL_CONNECTIONS + 2)
+        ]
+        try:
+            deadline = time.monotonic() + POOL_TIMEOUT_S / 2
+            while len(copying) < POOL_CONNECTIONS:  # as many held in the copy as there are slots
+                assert time.monotonic() < deadline, len(copying)
+                time.sleep(0.01)
+            started = time.monotonic()
+            polled = httpx.get(
+                f"http://127.0.0.1:{port}/v1/classifiers", headers=other.headers, timeout=POOL_TIMEOUT_S * 2
+            )
+            waited = time.monotonic() - started
+        finally:
+            release.set()
+        statuses = [upload.result().status_code for upload in uploads]
+    assert polled.status_code == 200, polled.text
+    assert waited < POOL_TIMEOUT_S / 3
+    assert statuses == [201] * (POOL_CONNECTIONS + 2)
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["no-key", "with-a-key"])

@@ -26,10 +26,10 @@ def test_cancel_stops_training_frees_the_worker_and_resume_continues_from_the_ch
     with chaos.platform(tmp_path, "embedded") as up:
         _, client = up.tenant()
         classifier_id = chaos.create_classifier(client, chaos.long_csv())
-        chaos.wait_step(client, classifier_id, checkpoints=1)
+        seen = chaos.wait_step(client, classifier_id, checkpoints=1)
 
         reply = client.post(f"/v1/classifiers/{classifier_id}/cancel")
-        assert reply.status_code == 200, reply.text
+        assert reply.status_code == 200, (reply.text, seen, chaos.events(client, classifier_id))
         assert reply.json()["status"] == "Unavailable"
         cancelled_at = time.time()
         # The worker is free again: it trains another job at once.

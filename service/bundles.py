@@ -4,7 +4,9 @@ new, Available classifier (the format and its checks: :mod:`trainer.bundle`).
 An import checks the whole bundle and loads the model before anything is kept: a tampered,
 truncated, oversized or unloadable bundle is a 400 naming the problem, with no row and no file
 left behind. The model is stored (on S3 too, where the store has a remote) before the
-transaction that checks the quota and writes the rows, so a slow upload holds no database lock.
+transaction that checks the quota and writes the rows (:func:`stage_import`, then
+:func:`add_import`), so a slow upload holds no database lock, and the route gives its database
+slot back meanwhile.
 The imported classifier has one version, serving, with no dataset and no training job; its
 metrics are the ones the exporting installation measured. It can be retrained (a new version)
 like any other.
@@ -86,8 +88,7 @@ def export(
         raise unavailable(f"the model of classifier '{classifier.id}' cannot be read", exc) from exc
 
 
-def import_bundle(
-    session: Session,
+def stage_import(
     store: ArtifactStore,
     settings: Settings,
     *,
@@ -97,8 +98,11 @@ def import_bundle(
     language: str | None,
     now: datetime,
 ) -> Classifier:
-    """Add the bundle's model as a new Available classifier of ``tenant_id`` (commits). ``name``
-    and ``language`` default to the exporter's. BadRequest on a bad bundle, QuotaExceeded."""
+    """Check the bundle and store its model as a new classifier's version 1, here and on the
+    remote store, without the database (the route gives its database slot back meanwhile:
+    the extraction, the model's load and a copy to S3 take seconds for a big bundle). The
+    classifier returned is not added yet (:func:`add_import`); ``name`` and ``language``
+    default to the exporter's. BadRequest on a bad bundle."""
     staging = store.temp_path(".bundle")
     try:
         try:
@@ -128,19 +132,33 @@ def import_bundle(
             updated_at=now,
         )
         try:
-            try:
-                classifier.model_dir = _store_model(store, classifier, staging)
-            except Exception as exc:
-                raise unavailable(STORE_REFUSED, exc) from exc
-            quotas.check_can_import_classifier(session, settings, tenant_id)
-            _add(session, classifier, now=now)
-        except BaseException:
-            session.rollback()
-            remove_unrecorded(store, store.classifier_dir(tenant_id, classifier.id), folder=True)
-            raise
+            classifier.model_dir = _store_model(store, classifier, staging)
+        except Exception as exc:
+            discard_import(store, classifier)
+            raise unavailable(STORE_REFUSED, exc) from exc
         return classifier
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def add_import(
+    session: Session, store: ArtifactStore, settings: Settings, classifier: Classifier, *, now: datetime
+) -> Classifier:
+    """Add :func:`stage_import`'s classifier as its tenant's, Available (commits); QuotaExceeded,
+    or any other failure, removes its stored model again."""
+    try:
+        quotas.check_can_import_classifier(session, settings, classifier.tenant_id)
+        _add(session, classifier, now=now)
+    except BaseException:
+        session.rollback()
+        discard_import(store, classifier)
+        raise
+    return classifier
+
+
+def discard_import(store: ArtifactStore, classifier: Classifier) -> None:
+    """Remove a staged import's files, here and on the remote store (no row names them)."""
+    remove_unrecorded(store, store.classifier_dir(classifier.tenant_id, classifier.id), folder=True)
 
 
 def _store_model(store: ArtifactStore, classifier: Classifier, staging: Path) -> str:

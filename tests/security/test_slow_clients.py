@@ -6,12 +6,14 @@ concurrent requests than the API has threads queue for the database instead of s
 from __future__ import annotations
 
 import asyncio
+import io
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,6 +27,7 @@ from service.app import create_app
 from service.db import POOL_CONNECTIONS, POOL_TIMEOUT_S
 from service.settings import Settings
 from tests.service.helpers import nlc_files
+from trainer.bundle import write_bundle
 
 IDLE_S = 2.0
 
@@ -158,32 +161,41 @@ def test_a_tenants_stalled_uploads_leave_the_others_database_routes_answering(
     assert waited < POOL_TIMEOUT_S / 3
 
 
+@pytest.mark.parametrize("kind", ["dataset", "bundle"])
 def test_uploads_on_their_way_to_the_store_leave_the_others_database_routes_answering(
-    server: tuple[int, FastAPI], tenant_factory: Callable[..., Any]
+    server: tuple[int, FastAPI], tenant_factory: Callable[..., Any], tiny_model: Path, kind: str
 ) -> None:
-    """An upload's validation and its copy to the store (a slow S3, here a copy held back)
-    held the request's database slot: a tenant's uploads, as many as there are slots, made
-    every other tenant's status poll wait the pool's 30 s for a 503. Now they give it back;
-    every upload still lands once the store takes it."""
+    """An upload's checks and its copy to the store (a slow S3; here a copy held back) held the
+    request's database slot: a tenant's uploads, as many as there are slots, made every other
+    tenant's status poll wait the pool's 30 s for a 503. Now they give it back; every upload
+    still lands once the store takes it. A dataset is checked and stored with ``put_file``, a
+    bundle's model extracted, loaded and stored with ``publish``."""
     port, app = server
     noisy, other = tenant_factory(), tenant_factory()
-    store, release = app.state.store, threading.Event()
-    put_file, copying = store.put_file, []
+    store, release, copying = app.state.store, threading.Event(), []
+    method = {"dataset": "put_file", "bundle": "publish"}[kind]
+    copy = getattr(store, method)
 
-    def held_put_file(source: Any, dest: Any) -> None:
-        copying.append(dest)
+    def held_copy(*args: Any) -> None:
+        copying.append(args)
         release.wait(POOL_TIMEOUT_S * 2)
-        put_file(source, dest)
+        copy(*args)
 
-    store.put_file = held_put_file
-    body = "text,label\r\nhot day,weather\r\ncold night,weather\r\nnice goal,sport\r\n"
+    setattr(store, method, held_copy)
+    if kind == "dataset":
+        path, content_type = "/v1/datasets", "text/csv"
+        body = b"text,label\r\nhot day,weather\r\ncold night,weather\r\nnice goal,sport\r\n"
+    else:
+        path, content_type, packed = "/v1/classifiers/import", "application/gzip", io.BytesIO()
+        write_bundle(tiny_model, packed, about={"name": "imported", "language": "en"})
+        body = packed.getvalue()
     with ThreadPoolExecutor(POOL_CONNECTIONS + 2) as uploaders:
         uploads = [
             uploaders.submit(
                 httpx.post,
-                f"http://127.0.0.1:{port}/v1/datasets",
-                content=body.encode(),
-                headers={**noisy.headers, "Content-Type": "text/csv"},
+                f"http://127.0.0.1:{port}{path}",
+                content=body,
+                headers={**noisy.headers, "Content-Type": content_type},
                 timeout=POOL_TIMEOUT_S * 3,
             )
             for _ in range(POOL_CONNECTIONS + 2)
@@ -200,10 +212,10 @@ def test_uploads_on_their_way_to_the_store_leave_the_others_database_routes_answ
             waited = time.monotonic() - started
         finally:
             release.set()
-        statuses = [upload.result().status_code for upload in uploads]
+        replies = [upload.result() for upload in uploads]
     assert polled.status_code == 200, polled.text
     assert waited < POOL_TIMEOUT_S / 3
-    assert statuses == [201] * (POOL_CONNECTIONS + 2)
+    assert [r.status_code for r in replies] == [201] * (POOL_CONNECTIONS + 2), replies[0].text
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["no-key", "with-a-key"])

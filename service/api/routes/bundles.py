@@ -123,18 +123,23 @@ async def import_bundle(
                 bundles.BUNDLE_FIELD, "no bundle: send a 'bundle' part or the bundle as the body"
             )
         fields = {k: v.decode("utf-8", "replace") for k, v in upload.fields.items()}
-        classifier = await run_in_threadpool(
-            lambda: bundles.import_bundle(
-                session,
-                store,
-                settings,
-                tenant_id=tenant.id,
-                bundle=source,
-                name=fields.get("name", request.query_params.get("name")),
-                language=fields.get("language", request.query_params.get("language")),
-                now=utcnow(),
-            )
+        now = utcnow()
+        staged = await without_db_slot(
+            session,
+            run_in_threadpool(
+                lambda: bundles.stage_import(
+                    store,
+                    settings,
+                    tenant_id=tenant.id,
+                    bundle=source,
+                    name=fields.get("name", request.query_params.get("name")),
+                    language=fields.get("language", request.query_params.get("language")),
+                    now=now,
+                )
+            ),
+            discard=partial(bundles.discard_import, store),
         )
     finally:
         upload.discard()
+    classifier = await run_in_threadpool(bundles.add_import, session, store, settings, staged, now=now)
     return ClassifierInfo.build_info(classifier, None, base_url(request))

@@ -1,10 +1,11 @@
 """Serving: a memory-bounded LRU of loaded models, and classification with NLC's input rules.
 
 Nothing here runs on the event loop for long: a model is loaded on a small loader pool of
-its own (a slow load never takes a thread that inference or the database needs, and requests
-for the same model share one load), database lookups run on a small, bounded set of worker
-threads (``ModelCache.threads``: more threads than cores only fight over the GIL) and inference
-is micro-batched on as many serving threads (``ModelCache.inference``).
+its own (a slow load never takes a thread that inference or the database needs, requests for
+the same model share one load, and the tenants' loads take turns: :mod:`service.fair_loader`),
+database lookups run on a small, bounded set of worker threads (``ModelCache.threads``: more
+threads than cores only fight over the GIL) and inference is micro-batched on as many serving
+threads (``ModelCache.inference``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import threading
 import unicodedata
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from service.batching import InferenceBatcher, Scores
 from service.errors import BadRequest, Conflict, NotFound, unavailable
+from service.fair_loader import FairLoader
 from service.models import ApiKey, Classifier, ClassifierStatus, ClassifierVersion, TenantQuota
 from service.store import ArtifactStore, read_fetched
 from service.training_data import has_surrogates
@@ -135,7 +137,7 @@ class ModelCache:
         self._models: OrderedDict[_Key, LoadedModel] = OrderedDict()
         self._pending: dict[_Key, asyncio.Future[LoadedModel]] = {}  # touched only on the loop
         self._lock = threading.Lock()
-        self._loader = ThreadPoolExecutor(max_workers=loaders, thread_name_prefix="model-load")
+        self._loader = FairLoader(loaders)  # the tenants' loads in turn, not first come first served
 
     def __len__(self) -> int:
         with self._lock:
@@ -162,14 +164,14 @@ class ModelCache:
         key = (tenant_id, classifier_id, str(model_dir))
         pending = self._pending.get(key)
         if pending is None:
-            pending = asyncio.get_running_loop().run_in_executor(self._loader, self._load, key, model_dir)
+            pending = asyncio.wrap_future(self._loader.submit(tenant_id, partial(self._load, key, model_dir)))
             self._pending[key] = pending
             pending.add_done_callback(lambda _done: self._pending.pop(key, None))
         return await asyncio.shield(pending)
 
     def close(self) -> None:
         """Stop the loader threads (loads in progress finish) and drop every model."""
-        self._loader.shutdown(wait=False, cancel_futures=True)
+        self._loader.shutdown()
         self.inference.close()
         with self._lock:
             self._models.clear()

@@ -285,6 +285,36 @@ def test_concurrent_requests_for_one_model_share_one_load(tiny_model: Path) -> N
     assert loads == [tiny_model] and len({id(m) for m in models}) == 1
 
 
+def test_a_tenants_cold_models_do_not_queue_another_tenants_first_load_behind_them(tiny_model: Path) -> None:
+    """One loader thread; tenant A's first load held, two more queued, then B's one. First come,
+    first served loaded B's last, behind A's whole backlog; the tenants take turns."""
+    started, release, order = threading.Event(), threading.Event(), []
+
+    def fetch(model_dir: Path) -> Path:
+        if model_dir.name == "a0":
+            started.set()
+            release.wait(10)
+        order.append(model_dir.name)
+        return tiny_model
+
+    cache = ModelCache(1 << 30, loaders=1, fetch=fetch)
+
+    async def load_all() -> None:
+        first = asyncio.ensure_future(cache.aget("A", "ca0", Path("/models/a0")))
+        await asyncio.to_thread(started.wait, 10)
+        rest = [asyncio.ensure_future(cache.aget("A", f"ca{i}", Path(f"/models/a{i}"))) for i in (1, 2)]
+        rest.append(asyncio.ensure_future(cache.aget("B", "cb0", Path("/models/b0"))))
+        await asyncio.sleep(0.1)  # every load submitted
+        release.set()
+        await asyncio.gather(first, *rest)
+
+    try:
+        asyncio.run(load_all())
+    finally:
+        cache.close()
+    assert order == ["a0", "a1", "b0", "a2"]
+
+
 def test_a_slow_model_load_blocks_no_other_request(
     client: TestClient,
     tenant: Any,

@@ -89,6 +89,18 @@ def _status(conn: socket.socket, timeout: float) -> int:
     return int(head.split()[1])
 
 
+def _poll_when(ready: Callable[[], bool], port: int, headers: dict[str, str]) -> tuple[httpx.Response, float]:
+    """Once ``ready()`` (within half the pool's timeout), a status poll with ``headers``: its
+    reply and the seconds it took."""
+    deadline = time.monotonic() + POOL_TIMEOUT_S / 2
+    while not ready():
+        assert time.monotonic() < deadline, "not ready within half the pool's timeout"
+        time.sleep(0.01)
+    started = time.monotonic()
+    polled = httpx.get(f"http://127.0.0.1:{port}/v1/classifiers", headers=headers, timeout=POOL_TIMEOUT_S * 2)
+    return polled, time.monotonic() - started
+
+
 def test_a_stalled_upload_holds_no_connection_and_is_refused_after_the_idle_limit(
     server: tuple[int, FastAPI], tenant: Any, nothing_left_behind: Callable[[str], None]
 ) -> None:
@@ -144,16 +156,8 @@ def test_a_tenants_stalled_uploads_leave_the_others_database_routes_answering(
     stalled = [
         _start_upload(port, noisy.api_key, *shapes[n % len(shapes)]) for n in range(POOL_CONNECTIONS + 3)
     ]
-    try:
-        deadline = time.monotonic() + POOL_TIMEOUT_S / 2
-        while len(checkouts) < POOL_CONNECTIONS:  # as many authenticated as there are slots
-            assert time.monotonic() < deadline, len(checkouts)
-            time.sleep(0.01)
-        started = time.monotonic()
-        polled = httpx.get(
-            f"http://127.0.0.1:{port}/v1/classifiers", headers=other.headers, timeout=POOL_TIMEOUT_S * 2
-        )
-        waited = time.monotonic() - started
+    try:  # once as many authenticated as there are slots
+        polled, waited = _poll_when(lambda: len(checkouts) >= POOL_CONNECTIONS, port, other.headers)
     finally:
         for conn in stalled:
             conn.close()
@@ -200,16 +204,8 @@ def test_uploads_on_their_way_to_the_store_leave_the_others_database_routes_answ
             )
             for _ in range(POOL_CONNECTIONS + 2)
         ]
-        try:
-            deadline = time.monotonic() + POOL_TIMEOUT_S / 2
-            while len(copying) < POOL_CONNECTIONS:  # as many held in the copy as there are slots
-                assert time.monotonic() < deadline, len(copying)
-                time.sleep(0.01)
-            started = time.monotonic()
-            polled = httpx.get(
-                f"http://127.0.0.1:{port}/v1/classifiers", headers=other.headers, timeout=POOL_TIMEOUT_S * 2
-            )
-            waited = time.monotonic() - started
+        try:  # once as many are held in the copy as there are slots
+            polled, waited = _poll_when(lambda: len(copying) >= POOL_CONNECTIONS, port, other.headers)
         finally:
             release.set()
         replies = [upload.result() for upload in uploads]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 
 import pytest
 
@@ -20,49 +21,50 @@ def test_a_call_returns_its_result_or_raises_its_error_through_the_future() -> N
         loader.shutdown()
 
 
+class _Calls:
+    """Calls that record their names in the order they run; ``first`` is held until released."""
+
+    def __init__(self, loader: FairLoader, tenant: str, first: str) -> None:
+        self.order: list[str] = []
+        self.started, self.release = threading.Event(), threading.Event()
+        self.futures = [loader.submit(tenant, lambda: self.call(first, hold=True))]
+        assert self.started.wait(10)  # running: what comes next is queued
+
+    def call(self, name: str, hold: bool = False) -> str:
+        if hold:
+            self.started.set()
+            self.release.wait(10)
+        self.order.append(name)
+        return name
+
+    def finish(self) -> list[str]:
+        self.release.set()
+        return [f.result(timeout=10) for f in self.futures]
+
+
 def test_a_tenant_with_a_backlog_does_not_hold_another_tenants_first_load_behind_it() -> None:
     """One thread: A's first call runs (held), four more of A's queue, then B's one. A first come,
     first served pool ran B's last; here it runs after one more of A's (A's turn came first)."""
-    loader, started, release, order = FairLoader(1), threading.Event(), threading.Event(), []
-
-    def call(name: str) -> str:
-        if name == "a0":
-            started.set()
-            release.wait(10)
-        order.append(name)
-        return name
-
+    loader = FairLoader(1)
     try:
-        futures = [loader.submit("A", lambda: call("a0"))]
-        assert started.wait(10)
-        futures += [loader.submit("A", lambda n=f"a{i}": call(n)) for i in range(1, 5)]
-        futures.append(loader.submit("B", lambda: call("b0")))
-        release.set()
-        assert [f.result(timeout=10) for f in futures] == ["a0", "a1", "a2", "a3", "a4", "b0"]
+        calls = _Calls(loader, "A", "a0")
+        calls.futures += [loader.submit("A", partial(calls.call, f"a{i}")) for i in range(1, 5)]
+        calls.futures.append(loader.submit("B", lambda: calls.call("b0")))
+        assert calls.finish() == ["a0", "a1", "a2", "a3", "a4", "b0"]
     finally:
         loader.shutdown()
-    assert order == ["a0", "a1", "b0", "a2", "a3", "a4"]
+    assert calls.order == ["a0", "a1", "b0", "a2", "a3", "a4"]
 
 
 def test_tenants_take_turns_while_each_keeps_its_own_order() -> None:
-    loader, started, release, order = FairLoader(1), threading.Event(), threading.Event(), []
-
-    def call(name: str) -> None:
-        if name == "hold":
-            started.set()
-            release.wait(10)
-        order.append(name)
-
+    loader = FairLoader(1)
     try:
-        held = loader.submit("X", lambda: call("hold"))
-        assert started.wait(10)
-        futures = [loader.submit(t, lambda n=f"{t}{i}": call(n)) for t in "ABC" for i in range(2)]
-        release.set()
-        for future in [held, *futures]:
-            future.result(timeout=10)
+        calls = _Calls(loader, "X", "hold")
+        calls.futures += [loader.submit(t, partial(calls.call, f"{t}{i}")) for t in "ABC" for i in range(2)]
+        calls.finish()
     finally:
         loader.shutdown()
-    assert order == ["hold", "A0", "B0", "C0", "A1", "B1", "C1"]
+    assert calls.order == ["hold", "A0", "B0", "C0", "A1", "B1", "C1"]
 
 
 def test_shutdown_cancels_what_has_not_started_and_refuses_more() -> None:

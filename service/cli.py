@@ -218,7 +218,8 @@ class _Supervisor:
     def __init__(self) -> None:
         self.children: list[_Child] = []
         self.stop_signal: int | None = None
-        self.hurried = False  # a second signal: the children still stopping are killed
+        self.stopping = False  # stop_all has begun
+        self.hurried = False  # a signal during the stop: the children still stopping are killed
         self._told_hurried = False
 
     def __enter__(self) -> _Supervisor:
@@ -236,9 +237,10 @@ class _Supervisor:
         self.stop_all()
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        if self.stop_signal is None:
+        if self.stop_signal is None and not self.stopping:
             self.stop_signal = signum
-        else:  # a second Ctrl-C: a child that does not stop (hung, stopped) held it up to a minute
+        else:  # a second Ctrl-C, or a first once a stop is under way (a child kept dying, the
+            # start-up failed): a child that does not stop (hung, stopped) held it up to a minute
             self.hurried = True
 
     def start(self, role: str, argv: list[str], env: dict[str, str]) -> _Child:
@@ -344,6 +346,7 @@ class _Supervisor:
     def stop_all(self) -> None:
         """Stop workers (they checkpoint and requeue their job), the webhook worker, the
         reconciler, the API, Redis."""
+        self.stopping = True
         for role in ("worker", "webhooks", "reconciler", "api", "redis"):
             _stop([c for c in self.children if c.role == role], _STOP_GRACE_SECONDS[role], self._hurried)
 
@@ -351,8 +354,8 @@ class _Supervisor:
         if self.hurried and not self._told_hurried:  # said here, not in the signal handler
             self._told_hurried = True
             _tell(
-                "received a second signal: stopping at once (a job in training resumes from its "
-                "last checkpoint once its lease runs out)"
+                "received a signal while stopping: stopping at once (a job in training resumes from "
+                "its last checkpoint once its lease runs out)"
             )
         return self.hurried
 

@@ -156,8 +156,37 @@ def test_a_second_ctrl_c_stops_at_once_a_child_that_does_not_stop(
     platform.process.send_signal(signal.SIGINT)
 
     assert platform.process.wait(timeout=10) == 0, platform.output()  # under the API's 15 s of grace
-    assert "received a second signal: stopping at once" in platform.output()
+    assert "received a signal while stopping: stopping at once" in platform.output()
     wait_until(lambda: not platform.still_running(children), timeout=15, message="children stopped")
+
+
+def test_a_first_ctrl_c_hurries_a_stop_that_a_dying_child_began(
+    platform_factory: Callable[..., Any], wait_until: Callable[..., Any]
+) -> None:
+    """A child that keeps dying makes `taas up` give up and stop the others, each within its
+    grace. Only a second signal hurried that stop, so the user's first Ctrl-C did nothing for
+    up to a minute; now any signal during a stop kills the children still running."""
+    platform = platform_factory(workers=0)
+    platform.start()
+    (api,) = [pid for pid in platform.process_tree() if "uvicorn" in command_line(pid)]
+    os.kill(api, signal.SIGSTOP)  # hung: SIGTERM stays pending, its 15 s of grace would run out
+    assert platform.process is not None
+    killed: set[int] = set()
+
+    def reconciler_killed_until_given_up() -> bool:
+        if "giving up" in platform.output():
+            return True
+        for pid in platform.process_tree() - killed:
+            if "workers.reconciler" in command_line(pid):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        return False
+
+    wait_until(reconciler_killed_until_given_up, timeout=60, interval=0.1, message="taas up gave up")
+    platform.process.send_signal(signal.SIGINT)
+
+    assert platform.process.wait(timeout=10) == 1, platform.output()  # under the API's 15 s of grace
+    assert "received a signal while stopping: stopping at once" in platform.output()
 
 
 def _assert_the_embedded_redis_wants_its_password(data_dir: Path, pids: set[int]) -> None:

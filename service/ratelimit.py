@@ -16,6 +16,12 @@ until they run out or the lease ends; unspent calls are forfeited, never carried
 call is still counted in Redis before it is served, so the limit holds across replicas; at
 most ``lease_seconds`` of rate per replica is taken ahead of use.
 
+A refusal is answered locally too, until the moment Redis named for the bucket's next room:
+the calls of other replicas can only push that moment later, never sooner, so no call is
+refused that Redis would have served. Each refused call of a tenant flooding over its rate
+asked Redis, on one of the few threads that classify calls share, and other tenants' calls
+waited for those threads.
+
 A call may cost several units (classify_collection: one per text). It is served when the
 bucket has room for one unit and is charged all of them, so the bucket may run into debt by
 a call's cost less one, which the tenant's next calls wait out: a collection larger than the
@@ -56,6 +62,7 @@ redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_
 return {granted, 0}
 """
 _WARN_EVERY_S = 60.0
+_FULL_KEPT = 4096  # refusals remembered before the lapsed ones are dropped
 
 
 class RateLimiter:
@@ -76,6 +83,8 @@ class RateLimiter:
         # (bucket, rate) -> (calls left, spendable until): a lease taken at another rate is not
         # spent once the tenant's rate changes
         self._leases: dict[tuple[str, int], tuple[int, float]] = {}
+        # (bucket, rate) -> when Redis said the bucket has room for a unit again
+        self._full_until: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
         self._skip_until = -math.inf
         self._client = (
@@ -107,6 +116,7 @@ class RateLimiter:
             self._warn(exc)
             return
         if not granted:
+            self._note_full((bucket, per_second), time.monotonic() + int(wait_us) / 1_000_000)
             raise RateLimited(quota, per_second, max(1, math.ceil(int(wait_us) / 1_000_000)))
         if granted > units:
             with self._lock:
@@ -118,12 +128,35 @@ class RateLimiter:
     def acquire_nowait(self, quota: str, tenant_id: str, per_second: int, units: int = 1) -> bool:
         """Record a call costing ``units`` if that needs no Redis round trip (this replica holds
         a lease with as many units left, or the limiter is off); False if it does: then call
-        :meth:`acquire`, on a worker thread. Raises QuotaIsZero when the rate is 0."""
+        :meth:`acquire`, on a worker thread. Raises QuotaIsZero when the rate is 0, and
+        RateLimited while Redis's last refusal for the bucket stands (its room is still ahead)."""
         if per_second <= 0:
             raise QuotaIsZero(quota)
         if self._script is None or time.monotonic() < self._skip_until:
             return True
-        return self._spend_leased((_bucket(quota, tenant_id), per_second), units)
+        lease = (_bucket(quota, tenant_id), per_second)
+        if (wait := self._still_full(lease)) is not None:
+            raise RateLimited(quota, per_second, max(1, math.ceil(wait)))
+        return self._spend_leased(lease, units)
+
+    def _still_full(self, lease: tuple[str, int]) -> float | None:
+        """Seconds until the bucket has room, as Redis's last refusal said; None once it has."""
+        with self._lock:
+            until = self._full_until.get(lease)
+            if until is None:
+                return None
+            wait = until - time.monotonic()
+            if wait <= 0:
+                del self._full_until[lease]
+                return None
+            return wait
+
+    def _note_full(self, lease: tuple[str, int], until: float) -> None:
+        with self._lock:
+            if len(self._full_until) >= _FULL_KEPT:  # tenants that stopped calling
+                now = time.monotonic()
+                self._full_until = {k: t for k, t in self._full_until.items() if t > now}
+            self._full_until[lease] = until
 
     def _spend_leased(self, lease: tuple[str, int], units: int = 1) -> bool:
         """Take ``units`` from this replica's lease, if it holds one with as many left."""

@@ -313,6 +313,31 @@ def test_a_lease_serves_a_call_only_with_all_its_units() -> None:
         limiter.close()
 
 
+def test_a_refused_tenant_is_refused_here_until_its_bucket_has_room_without_asking_redis() -> None:
+    """Each refused call asked Redis, on one of the few threads classify calls share: a tenant
+    flooding over its rate kept them busy. Redis's refusal says when the bucket has room again
+    (other replicas can only push that later); until then this replica refuses by itself."""
+    limiter = RateLimiter(REDIS_TEST_URL, burst_seconds=0.2)  # 5 calls/s: room for one
+    tenant, asked = f"unit-{uuid.uuid4().hex}", []
+    script = limiter._script
+    assert script is not None
+    limiter._script = lambda **kwargs: asked.append(1) or script(**kwargs)  # type: ignore[assignment]
+    try:
+        limiter.acquire("classify_rps", tenant, 5)
+        with pytest.raises(RateLimited):
+            limiter.acquire("classify_rps", tenant, 5)
+        for _ in range(100):
+            with pytest.raises(RateLimited) as refused:
+                limiter.acquire_nowait("classify_rps", tenant, 5)
+        assert len(asked) == 2 and refused.value.retry_after == 1
+        assert not limiter.acquire_nowait("classify_rps", tenant, 50)  # another rate: Redis decides
+        time.sleep(0.3)  # the bucket's room came back after 0.2 s
+        limiter.acquire("classify_rps", tenant, 5)
+        assert len(asked) == 3
+    finally:
+        limiter.close()
+
+
 def test_limiter_lets_calls_through_when_redis_is_unreachable_and_stops_asking() -> None:
     limiter = RateLimiter("redis://127.0.0.1:1/0", burst_seconds=1.0, timeout_s=0.2, retry_s=60)
     try:

@@ -25,12 +25,12 @@ class FairLoader:
     def __init__(self, threads: int, *, name: str = "model-load") -> None:
         self._queues: OrderedDict[str, deque[tuple[Callable[[], object], Future[object]]]] = OrderedDict()
         self._ready = threading.Condition()
-        self._closed = False
+        self._closed = self._started = False
+        # started at the first submit, as a ThreadPoolExecutor's: an API that never loads a
+        # model (an admin-only replica, a test's app) runs no idle loader threads
         self._threads = [
             threading.Thread(target=self._serve, name=f"{name}-{n}", daemon=True) for n in range(threads)
         ]
-        for thread in self._threads:
-            thread.start()
 
     def submit(self, tenant_id: str, call: Callable[[], _T]) -> Future[_T]:
         """Queue ``call`` behind ``tenant_id``'s earlier ones; its future holds the result."""
@@ -40,6 +40,10 @@ class FairLoader:
                 raise RuntimeError("the loader is shut down")
             self._queues.setdefault(tenant_id, deque()).append((call, future))  # type: ignore[arg-type]
             self._ready.notify()
+            if not self._started:
+                self._started = True
+                for thread in self._threads:
+                    thread.start()
         return future
 
     def shutdown(self) -> None:

@@ -13,6 +13,7 @@ from service.fair_loader import FairLoader
 
 def test_a_call_returns_its_result_or_raises_its_error_through_the_future() -> None:
     loader = FairLoader(2)
+    assert not any(t.is_alive() for t in loader._threads)  # no idle threads before the first load
     try:
         assert loader.submit("t1", lambda: 42).result(timeout=10) == 42
         with pytest.raises(ZeroDivisionError):

@@ -90,11 +90,8 @@ class IterateSum:
     def add(self, params: list[torch.Tensor]) -> None:
         """Take a snapshot (the learners are parked: the parameters are at one version)."""
         with torch.no_grad():
-            if self.sums is None:
-                self.sums = [p.detach().clone() for p in params]
-            elif self.count == 0:
-                for total, p in zip(self.sums, params, strict=True):
-                    total.copy_(p)
+            if self.sums is None or self.count == 0:
+                self.sums = _copied(params, into=self.sums)
             else:
                 for total, p in zip(self.sums, params, strict=True):
                     total.add_(p)
@@ -112,11 +109,7 @@ class IterateSum:
             yield
             return
         with torch.no_grad():
-            if self._last is None:
-                self._last = [p.detach().clone() for p in params]
-            else:
-                for iterate, p in zip(self._last, params, strict=True):
-                    iterate.copy_(p)
+            self._last = _copied(params, into=self._last)
             try:
                 for p, total in zip(params, self.sums, strict=True):
                     p.copy_(total).div_(self.count)
@@ -138,3 +131,12 @@ class IterateSum:
         if saved is None or saved["sums"] is None:
             return cls()
         return cls([s.to(device) for s in saved["sums"]], int(saved["count"]))
+
+
+def _copied(params: list[torch.Tensor], into: list[torch.Tensor] | None) -> list[torch.Tensor]:
+    """``params`` copied into the buffers ``into``, allocated on first use (None) and reused after."""
+    if into is None:
+        return [p.detach().clone() for p in params]
+    for buffer, p in zip(into, params, strict=True):
+        buffer.copy_(p)
+    return into

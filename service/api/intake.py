@@ -4,16 +4,16 @@ Blocking (validation, file moves, the upload to a remote store): routes run thes
 pool. Each one discards the spooled upload whatever happens. An upload is validated and stored
 (:func:`service.datasets.stage_upload`) before the transaction begins, once a read has found
 room for it (``quotas.check_room_for_upload``), with the request's database slot given back
-meanwhile (:func:`service.api.deps.blocking_without_db_slot`); quotas are then checked (the sizes are known)
-inside the transaction that adds the rows (``service.quotas``), and a refusal removes the
+meanwhile (:func:`service.api.deps.blocking_without_db_slot`); quotas are then checked (the
+sizes are known) inside the transaction that adds the rows (``service.quotas``), and a refusal removes the
 stored file again.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from enum import StrEnum
+from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy.orm import Session
@@ -27,7 +27,7 @@ from service.errors import BadRequest
 from service.models import Classifier, ClassifierMode, ClassifierVersion, Dataset, Promote, utcnow
 from service.settings import Settings
 from service.store import ArtifactStore
-from service.training_data import Limits
+from service.training_data import InputFormat, Limits
 
 _Choice = TypeVar("_Choice", bound=StrEnum)
 TRAINING_DATA = "training_data"
@@ -173,13 +173,7 @@ def dataset_from_upload(
             raise BadRequest(TRAINING_DATA, "send the data once: a 'training_data' and a 'file' part came")
         checked = datasets.check_name(_name(name, upload), "name", settings.max_name_chars)
         quotas.check_room_for_upload(session, settings, tenant_id, counts=quotas.DATASET_UPLOAD)
-        staged = _staged(
-            session,
-            store,
-            lambda: datasets.stage_upload(
-                store, sent[0], "labelled", Limits.from_settings(settings), tenant_id=tenant_id
-            ),
-        )
+        staged = _staged(session, store, settings, sent[0], "labelled", tenant_id)
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_store_dataset(
                 session, settings, tenant_id, size_bytes=staged.summary.size_bytes, rows=staged.summary.rows
@@ -205,22 +199,20 @@ def _stage_training_data(
 ) -> datasets.StagedDataset:
     if TRAINING_DATA not in upload.files:
         raise BadRequest(TRAINING_DATA, "the multipart part 'training_data' is required")
-    return _staged(
-        session,
-        store,
-        lambda: datasets.stage_upload(
-            store, upload.files[TRAINING_DATA], "nlc", Limits.from_settings(settings), tenant_id=tenant_id
-        ),
-    )
+    return _staged(session, store, settings, upload.files[TRAINING_DATA], "nlc", tenant_id)
 
 
 def _staged(
-    session: Session, store: ArtifactStore, stage: Callable[[], datasets.StagedDataset]
+    session: Session, store: ArtifactStore, settings: Settings, source: Path, fmt: InputFormat, tenant_id: str
 ) -> datasets.StagedDataset:
-    """``stage()`` (validation and the copy to the store) with the request's database slot given
-    back meanwhile; its files removed again if no slot comes back."""
+    """:func:`service.datasets.stage_upload` (validation and the copy to the store) with the
+    request's database slot given back meanwhile; its files removed again if no slot comes back."""
     return blocking_without_db_slot(
-        session, stage, discard=lambda staged: datasets.remove_unrecorded(store, staged.path)
+        session,
+        lambda: datasets.stage_upload(
+            store, source, fmt, Limits.from_settings(settings), tenant_id=tenant_id
+        ),
+        discard=lambda staged: datasets.remove_unrecorded(store, staged.path),
     )
 
 

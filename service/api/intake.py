@@ -5,8 +5,8 @@ pool. Each one discards the spooled upload whatever happens. An upload is valida
 (:func:`service.datasets.stage_upload`) before the transaction begins, once a read has found
 room for it (``quotas.check_room_for_upload``), with the request's database slot given back
 meanwhile (:func:`service.api.deps.blocking_without_db_slot`); quotas are then checked (the
-sizes are known) inside the transaction that adds the rows (``service.quotas``), and a refusal removes the
-stored file again.
+sizes are known) inside the transaction that adds the rows (``service.quotas``), and a
+refusal removes the stored file again.
 """
 
 from __future__ import annotations

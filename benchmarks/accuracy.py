@@ -1,6 +1,7 @@
 """Accuracy, calibration and serving limits of taas against fastText and TF-IDF peers.
 
-    python benchmarks/accuracy.py DATASET_DIR... [--json] [--learners K[,K...]] [--no-peers] [--device cuda]
+    python benchmarks/accuracy.py DATASET_DIR... [--json] [--learners K[,K...]] [--seeds N] [--no-peers]
+        [--device cuda]
     python benchmarks/accuracy.py --stress [--json]
 
 Each DATASET_DIR holds train.csv and test.csv (header text,label). For each folder this
@@ -27,7 +28,11 @@ only that system gets right) and mcnemar_p (the exact McNemar test's two-sided p
 Without --json, a readable table.
 ``--learners 1,2`` trains taas once per K (system ``taas-k1``, ``taas-k2``; the default, one
 K of 1, keeps the system name ``taas``). ``--device cuda`` trains taas on the GPU (K = 1: the
-CUDA graph learner); the peers train on the CPU either way.
+CUDA graph learner); the peers train on the CPU either way. ``--seeds N`` trains taas N times
+per K, with DEFAULT_HPARAMS' seed and the N - 1 seeds after it (``taas-seed1``...; the seed
+picks the validation split, the initial weights and the batches' order): the spread of
+taas's test rows over seeds, which no setting was or may be chosen by, is the resolution of
+a comparison on one test file. Every taas row carries its ``seed``.
 
 ``--stress`` trains taas alone on generated data of 20,000 rows and 3,000 classes (and
 on one of 5 classes with 1 or 2 examples each): the large and tiny ends the trainer must
@@ -39,6 +44,7 @@ many-class set.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pickle
 import random
@@ -57,7 +63,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline, make_union
 from sklearn.svm import LinearSVC
 
-from trainer import LabelledData, LoadedModel, read_labelled_csv, train
+from trainer import DEFAULT_HPARAMS, LabelledData, LoadedModel, read_labelled_csv, train
 from trainer.evaluate import classification_report, expected_calibration_error, micro_f1
 
 PEERS = ("fasttext", "tfidf-logreg", "tfidf-svm")
@@ -143,12 +149,22 @@ def run_taas(
     learners: int = 1,
     system: str = "taas",
     device: str = "cpu",
+    seed: int = DEFAULT_HPARAMS.seed,
 ) -> Measured:
-    """Train (with ``learners`` learners, on ``device``) and evaluate taas in a temporary directory."""
+    """Train (with ``learners`` learners, on ``device``, from ``seed``) and evaluate taas in a
+    temporary directory."""
+    hparams = dataclasses.replace(DEFAULT_HPARAMS, seed=seed)
     with tempfile.TemporaryDirectory(prefix="taas-bench-") as tmp:
         model_dir = Path(tmp) / "model"
         started = time.perf_counter()
-        train(train_data, workdir=Path(tmp) / "work", out_dir=model_dir, learners=learners, device=device)
+        train(
+            train_data,
+            workdir=Path(tmp) / "work",
+            out_dir=model_dir,
+            hparams=hparams,
+            learners=learners,
+            device=device,
+        )
         train_s = time.perf_counter() - started
         model_bytes = sum(p.stat().st_size for p in model_dir.iterdir())
         started = time.perf_counter()
@@ -156,7 +172,9 @@ def run_taas(
         load_s = time.perf_counter() - started
         scores = model.classify(test.texts)
     predicted, confidence = [s[0][0] for s in scores], [s[0][1] for s in scores]
-    return _row(dataset, system, test, predicted, confidence, train_s, model_bytes, load_s)
+    measured = _row(dataset, system, test, predicted, confidence, train_s, model_bytes, load_s)
+    measured.row["seed"] = seed
+    return measured
 
 
 def _fasttext_line(text: str) -> str:
@@ -234,23 +252,36 @@ def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: Labelle
 
 
 def benchmark(
-    folder: Path, learners: tuple[int, ...] = (1,), peers: bool = True, device: str = "cpu"
+    folder: Path,
+    learners: tuple[int, ...] = (1,),
+    peers: bool = True,
+    device: str = "cpu",
+    seeds: int = 1,
 ) -> list[dict[str, object]]:
-    """One result row per system (and per K for taas) for the dataset in ``folder``."""
+    """One result row per system (and per K and seed for taas) for the dataset in ``folder``;
+    the peers are paired with the first taas row."""
     train_data = read_labelled_csv(folder / "train.csv")
     test = read_labelled_csv(folder / "test.csv")
     dataset = dataset_name(folder)
     measured = [
-        run_taas(dataset, train_data, test, k, "taas" if learners == (1,) else f"taas-k{k}", device)
+        run_taas(dataset, train_data, test, k, _taas_system(k, learners, i), device, DEFAULT_HPARAMS.seed + i)
         for k in learners
+        for i in range(seeds)
     ]
+    taas_rows = len(measured)
     if peers:
         fasttext_result = run_fasttext(dataset, train_data, test)
         measured += [fasttext_result] if fasttext_result is not None else []
         measured += [run_tfidf(dataset, system, train_data, test) for system in PEERS[1:]]
-    for peer in measured[len(learners) :]:
+    for peer in measured[taas_rows:]:
         peer.row["vs_taas"] = paired(measured[0].right, peer.right)
     return [m.row for m in measured]
+
+
+def _taas_system(learners: int, all_learners: tuple[int, ...], seed_index: int) -> str:
+    """'taas', or 'taas-k2' where several K are compared, with '-seed1'... after the first seed."""
+    name = "taas" if all_learners == (1,) else f"taas-k{learners}"
+    return f"{name}-seed{seed_index}" if seed_index else name
 
 
 def stress_data(rows: int, classes: int, seed: int = 0) -> LabelledData:
@@ -296,6 +327,7 @@ def main() -> None:
     parser.add_argument("datasets", nargs="*", type=Path, help="folders holding train.csv and test.csv")
     parser.add_argument("--json", action="store_true", help="one JSON line per dataset and system")
     parser.add_argument("--learners", default="1", help="comma-separated K values for taas (0 = auto)")
+    parser.add_argument("--seeds", type=int, default=1, help="train taas with this many seeds (default 1)")
     parser.add_argument("--no-peers", action="store_true", help="taas only, skip the peers")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where taas trains")
     parser.add_argument(
@@ -304,9 +336,11 @@ def main() -> None:
     args = parser.parse_args()
     if not args.datasets and not args.stress:
         parser.error("name at least one DATASET_DIR, or --stress")
+    if args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, not {args.seeds}")
     learners = tuple(int(k) for k in args.learners.split(","))
     runs = [
-        lambda folder=folder: benchmark(folder, learners, not args.no_peers, args.device)
+        lambda folder=folder: benchmark(folder, learners, not args.no_peers, args.device, args.seeds)
         for folder in args.datasets
     ]
     if args.stress:

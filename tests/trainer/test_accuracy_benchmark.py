@@ -4,11 +4,15 @@ after its folder, and every peer paired with taas on the same test rows."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from benchmark_runs import run_benchmark
+from benchmark_runs import BENCHMARKS, run_benchmark
 from synthetic import synthetic_data, write_csv
+
+from trainer import DEFAULT_HPARAMS
 
 ISSUE_FIELDS = {"dataset", "system", "accuracy", "macro_f1", "ece", "train_s", "model_bytes"}
 
@@ -39,3 +43,28 @@ def test_json_lines_name_each_system_and_pair_the_peers_with_taas(tmp_path: Path
         lead = rows["taas"]["correct"] - rows[system]["correct"]
         assert pairing["taas_only"] - pairing["peer_only"] == lead
         assert 0 <= pairing["mcnemar_p"] <= 1
+
+
+@pytest.mark.slow
+def test_seeds_train_taas_once_per_seed_and_name_each_row(tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-intents"
+    folder.mkdir()
+    write_csv(folder / "train.csv", synthetic_data(12, seed=1))
+    write_csv(folder / "test.csv", synthetic_data(4, seed=2))
+
+    lines = run_benchmark("accuracy.py", str(folder), "--seeds", "3", "--no-peers", "--json")
+
+    assert [row["system"] for row in lines] == ["taas", "taas-seed1", "taas-seed2"]
+    assert [row["seed"] for row in lines] == [DEFAULT_HPARAMS.seed + i for i in range(3)]
+
+
+def test_seeds_below_one_are_refused_with_the_reason(tmp_path: Path) -> None:
+    ran = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "accuracy.py"), str(tmp_path), "--seeds", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert ran.returncode == 2
+    assert "--seeds must be at least 1, not 0" in ran.stderr

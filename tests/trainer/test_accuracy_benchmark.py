@@ -4,12 +4,10 @@ after its folder, and every peer paired with taas on the same test rows."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from benchmark_runs import BENCHMARKS, run_benchmark
+from benchmark_runs import run_benchmark, run_script
 from synthetic import synthetic_data, write_csv
 
 from trainer import DEFAULT_HPARAMS
@@ -59,12 +57,7 @@ def test_seeds_train_taas_once_per_seed_and_name_each_row(tmp_path: Path) -> Non
 
 
 def test_seeds_below_one_are_refused_with_the_reason(tmp_path: Path) -> None:
-    ran = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "accuracy.py"), str(tmp_path), "--seeds", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ran = run_script("accuracy.py", str(tmp_path), "--seeds", "0")
 
     assert ran.returncode == 2
     assert "--seeds must be at least 1, not 0" in ran.stderr

@@ -4,12 +4,9 @@ more learners can take it."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
-from benchmark_runs import BENCHMARKS, run_benchmark
+from benchmark_runs import run_benchmark, run_script
 
 
 @pytest.mark.slow
@@ -32,11 +29,6 @@ def test_the_report_gives_each_modes_rate_and_the_apply_roles_busy_share() -> No
     torch.cuda.is_available(), reason="this machine has CUDA: test_ps_cuda.py runs the benchmark"
 )
 def test_the_cuda_benchmark_says_so_where_there_is_no_cuda() -> None:
-    ran = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "ps_cuda_bench.py"), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    ran = run_script("ps_cuda_bench.py", "--json")
     assert ran.returncode == 2
     assert "no CUDA device" in ran.stderr and not ran.stdout

@@ -53,9 +53,9 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from service.queue import enqueue_training  # noqa: E402
-from service.settings import Settings  # noqa: E402
-from service.store import ArtifactStore  # noqa: E402
+from service.core.settings import Settings  # noqa: E402
+from service.storage.store import ArtifactStore  # noqa: E402
+from service.training.queue import enqueue_training  # noqa: E402
 from trainer.checkpoint import list_checkpoints  # noqa: E402
 from workers.reconciler import queued_job_ids  # noqa: E402
 

@@ -30,12 +30,14 @@ from prometheus_client import generate_latest  # noqa: E402
 from sqlalchemy import create_engine  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
-from service import observe  # noqa: E402
-from service.db import session_factory  # noqa: E402
-from service.history import HISTORY_KEY  # noqa: E402
-from service.metrics import Metrics  # noqa: E402
-from service.models import Classifier, JobState, Tenant, TrainingJob, utcnow  # noqa: E402
-from service.ops import views  # noqa: E402
+from service.core.db import session_factory  # noqa: E402
+from service.core.models import Classifier, JobState, Tenant, TrainingJob, utcnow  # noqa: E402
+from service.ops import (
+    observe,  # noqa: E402
+    views,  # noqa: E402
+)
+from service.ops.metrics import Metrics  # noqa: E402
+from service.training.history import HISTORY_KEY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
     python benchmarks/ratelimit_bench.py [--redis-url redis://127.0.0.1:6379/15] [--calls 2000]
 
-Drives ``service.ratelimit.RateLimiter`` against a real Redis, as the classify routes do
+Drives ``service.tenants.ratelimit.RateLimiter`` against a real Redis, as the classify routes do
 (``acquire_nowait`` on the event loop, then ``acquire`` on one of the classify threads when
 that needs Redis), side by side in one run:
 
@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from service.errors import RateLimited  # noqa: E402
-from service.ratelimit import RateLimiter  # noqa: E402
+from service.core.errors import RateLimited  # noqa: E402
+from service.tenants.ratelimit import RateLimiter  # noqa: E402
 
 
 def _calls(limiter: RateLimiter, tenants: list[str], per_second: int) -> dict[str, Any]:

@@ -46,9 +46,9 @@ import httpx
 from fastapi import FastAPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from service.cli import uvicorn_argv  # noqa: E402
-from service.settings import get_settings  # noqa: E402
-from service.tenancy import new_admin_key  # noqa: E402
+from service.cli.commands import uvicorn_argv  # noqa: E402
+from service.core.settings import get_settings  # noqa: E402
+from service.tenants.accounts import new_admin_key  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "nlu-eval-chatbot" / "train.csv"

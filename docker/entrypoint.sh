@@ -12,8 +12,8 @@ import time
 import redis
 from sqlalchemy import create_engine, text
 
-from service.artifacts import open_backend
-from service.settings import get_settings
+from service.storage.store import open_backend
+from service.core.settings import get_settings
 
 settings = get_settings()
 deadline = time.monotonic() + float(os.environ.get("TAAS_WAIT_SECONDS", "60"))

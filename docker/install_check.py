@@ -150,7 +150,7 @@ def replay(dockerfile: Path, root: Path, *, timeout: float = 900.0) -> dict[str,
             raise RuntimeError(f"{dockerfile.name}: `{command}` failed ({run.returncode}):\n{output}")
     checks = [
         [str(venv / "bin" / "taas"), "--help"],
-        [str(venv / "bin" / "python"), "-c", "import boto3, torch, service.artifacts.s3, workers.tasks"],
+        [str(venv / "bin" / "python"), "-c", "import boto3, torch, service.storage.s3, workers.tasks"],
         [
             str(venv / "bin" / "python"),
             "-c",

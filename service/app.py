@@ -11,25 +11,27 @@ import anyio
 from fastapi import Depends, FastAPI
 from starlette.types import Receive, Scope, Send
 
-from service import observe, ops, serving
+from service import ops
 from service.api import errors
 from service.api.compression import CompressReplies
 from service.api.deps import utf8_query
 from service.api.fast_classify import FastClassify
 from service.api.routes import admin, bundles, classifiers, classify, datasets, versions, webhooks
 from service.api.uploads import BodyLimit
-from service.db import POOL_CONNECTIONS, make_engine, session_factory
-from service.failed_keys import FailedKeys
-from service.invalidation import Invalidations
-from service.local_sweeper import LocalSweeper
-from service.lookup_cache import LookupCache
-from service.metrics import Metrics, MetricsMiddleware
+from service.core.db import POOL_CONNECTIONS, make_engine, session_factory
+from service.core.settings import Settings, get_settings
+from service.ops import observe
 from service.ops.headers import OperatorHeaders
-from service.ratelimit import RateLimiter
-from service.serving import ModelCache
-from service.settings import Settings, get_settings
-from service.store import ArtifactStore
-from service.worker_registry import connect
+from service.ops.metrics import Metrics, MetricsMiddleware
+from service.serving import model_cache
+from service.serving.invalidation import Invalidations
+from service.serving.lookup_cache import LookupCache
+from service.serving.model_cache import ModelCache
+from service.storage.store import ArtifactStore
+from service.storage.sweeper import LocalSweeper
+from service.tenants.failed_keys import FailedKeys
+from service.tenants.ratelimit import RateLimiter
+from service.training.worker_registry import connect
 
 
 class TaasAPI(FastAPI):
@@ -72,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             fetch=functools.partial(app.state.store.fetch, folder=True),
             top=classify.CLASSES_SHOWN,
         )
-        serving.use_one_torch_thread()
+        model_cache.use_one_torch_thread()
         app.state.limiter = RateLimiter(settings.redis_url, burst_seconds=settings.classify_burst_seconds)
         app.state.lookups = LookupCache()
         app.state.failed_keys = FailedKeys(

@@ -53,10 +53,10 @@ from sqlalchemy.orm import Session
 
 from benchmarks.chaos import create_database, drop_database
 from service.app import create_app
-from service.db import make_engine, session_factory
-from service.models import Classifier, Dataset, TrainingJob
-from service.settings import Settings
-from service.store import ArtifactStore
+from service.core.db import make_engine, session_factory
+from service.core.models import Classifier, Dataset, TrainingJob
+from service.core.settings import Settings
+from service.storage.store import ArtifactStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PG_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -1,5 +1,6 @@
 """The house rules that a machine can check: lint and formatting (ruff, the code blocks of
-the Markdown docs included), types (mypy) and the import layers (import-linter).
+the Markdown docs included), types (mypy), the import layers (import-linter) and no import
+cycle among the modules of ``service`` (grimp, import-linter's graph).
 
 They run inside ``pytest`` so that the one test command of the README checks them too.
 """
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +37,38 @@ def test_ruff_format_would_change_nothing() -> None:
 def test_import_layers_are_kept() -> None:
     run = subprocess.run([_tool("lint-imports")], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_service_modules_import_no_cycle() -> None:
+    # A cycle (service.store and service.artifacts once imported each other) means neither module
+    # can be read, tested or loaded without the other; the layers contract keeps the rooms in
+    # order, this keeps the modules inside each room in order too.
+    graph = grimp.build_graph("service", cache_dir=None)
+    cycle = _a_cycle({module: graph.find_modules_directly_imported_by(module) for module in graph.modules})
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def _a_cycle(imports: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``imports`` (module -> the modules it imports), as the path that closes it,
+    or None: a depth-first walk that meets a module still on its path."""
+    done: set[str] = set()
+    for start in sorted(imports):
+        if start in done:
+            continue
+        path = [start]
+        stack = [sorted(imports[start])]  # per module on the path, the imports still to walk
+        while stack:
+            if not stack[-1]:
+                stack.pop()
+                done.add(path.pop())
+                continue
+            imported = stack[-1].pop()
+            if imported in path:
+                return [*path[path.index(imported) :], imported]
+            if imported in imports and imported not in done:
+                path.append(imported)
+                stack.append(sorted(imports[imported]))
+    return None
 
 
 @pytest.mark.slow

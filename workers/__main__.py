@@ -12,7 +12,7 @@ import os
 import socket
 import sys
 
-from service.queue import TRAINING_QUEUE
+from service.training.queue import TRAINING_QUEUE
 from trainer.processes import start_fork_server
 from workers.app import celery_app, fixed_option, worker_argv
 

@@ -1,4 +1,4 @@
-"""The workers' Celery application, configured from :class:`service.settings.Settings` on first use.
+"""The workers' Celery application, configured from :class:`service.core.settings.Settings` on first use.
 
 Celery reads the configuration lazily (``add_defaults`` with a callable), so importing this module
 needs no environment; the broker URL is required only when the app first talks to Redis.
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from celery import Celery
 
-from service.queue import TRAINING_QUEUE
-from service.settings import get_settings
+from service.core.settings import get_settings
+from service.training.queue import TRAINING_QUEUE
 
 # Redis redelivers an unacknowledged message after this long. The job lease in the database,
 # not Redis, detects a crashed worker (a reconciler re-enqueues expired leases), so this only has

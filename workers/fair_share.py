@@ -1,9 +1,9 @@
 """Whether the job a worker trains should give its slot to a tenant holding fewer.
 
-Dispatch hands each free slot to the tenant holding the fewest (service.scheduling), but a
+Dispatch hands each free slot to the tenant holding the fewest (service.training.scheduling), but a
 tenant that arrives while another holds every slot would wait until one of its jobs ends.
 So a training worker asks, every ``every_seconds``, whether its job should yield
-(:func:`service.scheduling.should_yield`): then the trainer checkpoints, the job is queued
+(:func:`service.training.scheduling.should_yield`): then the trainer checkpoints, the job is queued
 again (it resumes from that checkpoint, on whichever worker claims it next) and the worker
 takes the fairest job, the waiting tenant's. Once true, the answer stays true.
 """
@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from service.scheduling import should_yield
+from service.training.scheduling import should_yield
 
 log = logging.getLogger(__name__)
 

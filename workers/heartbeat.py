@@ -1,4 +1,4 @@
-"""This worker process in the registry of live workers (:mod:`service.worker_registry`).
+"""This worker process in the registry of live workers (:mod:`service.training.worker_registry`).
 
 When Celery says a training worker is ready (``worker_ready``; workers of other queues, such as
 the webhook worker, are not listed) a :class:`Heartbeat` starts: a daemon thread that publishes
@@ -25,9 +25,9 @@ import torch
 from celery.signals import worker_ready, worker_shutdown
 from celery.worker.consumer import Consumer
 
-from service.queue import TRAINING_QUEUE
-from service.settings import Settings, get_settings
-from service.worker_registry import WorkerInfo, WorkerRegistry, connect
+from service.core.settings import Settings, get_settings
+from service.training.queue import TRAINING_QUEUE
+from service.training.worker_registry import WorkerInfo, WorkerRegistry, connect
 from trainer.engine import default_learners
 from trainer.hparams import DEFAULT_HPARAMS
 from trainer.ps.cuda import cuda_learners

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from service.jobs import JobLease, renew_lease
+from service.training.jobs import JobLease, renew_lease
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ Every ``reconcile_every_seconds`` (sooner when a back-off ends before that), one
    records and nothing touched for as long (a crash between storing a file and committing its
    row) are deleted (:mod:`workers.unrecorded`).
 
-Every write goes through :mod:`service.jobs` compare-and-sets, so any number of reconcilers
+Every write goes through :mod:`service.training.jobs` compare-and-sets, so any number of reconcilers
 may run at once (one per `taas up`, or one per deployment). ``python -m workers.reconciler``
 runs the loop; `taas up` runs it as a child, `taas reconcile` in production.
 """
@@ -38,11 +38,18 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.db import make_engine, session_factory
-from service.jobs import BackOff, expired_jobs, jobs_to_send, mark_enqueued, next_not_before, requeue_expired
-from service.queue import TRAINING_QUEUE, enqueue_training
-from service.settings import Settings, get_settings
-from service.store import ArtifactStore
+from service.core.db import make_engine, session_factory
+from service.core.settings import Settings, get_settings
+from service.storage.store import ArtifactStore
+from service.training.jobs import (
+    BackOff,
+    expired_jobs,
+    jobs_to_send,
+    mark_enqueued,
+    next_not_before,
+    requeue_expired,
+)
+from service.training.queue import TRAINING_QUEUE, enqueue_training
 from workers.unrecorded import sweep_unrecorded
 
 log = logging.getLogger(__name__)

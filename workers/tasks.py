@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from celery.exceptions import Reject
 from celery.signals import worker_shutting_down
 
-from service.db import session_factory, shared_engine
-from service.queue import TRAIN_TASK
-from service.scheduling import reserve_fair_job
-from service.settings import get_settings
+from service.core.db import session_factory, shared_engine
+from service.core.settings import get_settings
+from service.training.queue import TRAIN_TASK
+from service.training.scheduling import reserve_fair_job
 from workers.app import celery_app
 from workers.heartbeat import training, worker_identity
 from workers.training_run import JobInterrupted, run_training_job
@@ -56,7 +56,7 @@ def train(job_id: str) -> None:
     """A slot is free: train the fairest claimable job, which need not be ``job_id``.
 
     The message names the job it was sent for, but only wakes this worker: it reserves the job
-    :func:`service.scheduling.reserve_fair_job` picks (a tenant's single job goes before
+    :func:`service.training.scheduling.reserve_fair_job` picks (a tenant's single job goes before
     another's backlog) and trains that one; the named job keeps waiting for the next free slot
     (the reconciler counts a message spent on another job as covering it). Nothing claimable
     (the job is gone, finished, leased elsewhere, backing off): return quietly.

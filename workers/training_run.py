@@ -44,11 +44,14 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import history
-from service.artifacts import StoreUnavailable
-from service.db import session_factory, shared_engine
-from service.invalidation import announce
-from service.jobs import (
+from service.core.db import session_factory, shared_engine
+from service.core.models import Classifier, ClassifierVersion
+from service.core.settings import Settings
+from service.serving.invalidation import announce
+from service.storage.base import StoreUnavailable
+from service.storage.store import ArtifactStore, read_fetched
+from service.training import history
+from service.training.jobs import (
     BackOff,
     JobContext,
     JobLease,
@@ -63,9 +66,6 @@ from service.jobs import (
     retry_job,
     rewind_checkpoint,
 )
-from service.models import Classifier, ClassifierVersion
-from service.settings import Settings
-from service.store import ArtifactStore, read_fetched
 from trainer.checkpoint import KEEP, checkpoint_version, list_checkpoints
 from trainer.data import read_labelled_csv
 from trainer.engine import Progress, TrainResult, train

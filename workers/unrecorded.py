@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier, ClassifierVersion, Dataset, JobState, Tenant, TrainingJob
-from service.store import ArtifactStore
+from service.core.models import Classifier, ClassifierVersion, Dataset, JobState, Tenant, TrainingJob
+from service.storage.store import ArtifactStore
 
 log = logging.getLogger(__name__)
 # A job in these states may still train in its checkpoint folder (a cancelled one on a resume).

@@ -2,7 +2,7 @@
 
 One Celery worker on the ``webhooks`` queue only, with a pool of threads (a delivery waits on the
 network, not the CPU), running ``workers.webhooks.deliver_webhook``; beside it, a sweep thread
-runs the relay (:func:`service.webhooks.send_due`) every ``webhook_sweep_seconds``: it sends the
+runs the relay (:func:`service.webhooks.delivery.send_due`) every ``webhook_sweep_seconds``: it sends the
 status events that training workers and the reconciler recorded, and re-sends any whose message
 was lost (Redis restarted, a worker killed with an attempt or a retry in hand). Any number may
 run: an attempt is a compare-and-set. `taas up` runs one as a child; `taas webhooks` runs one in
@@ -21,10 +21,10 @@ import redis
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import SQLAlchemyError
 
-from service import webhooks
-from service.db import make_engine, session_factory
-from service.queue import WEBHOOK_QUEUE
-from service.settings import Settings, get_settings
+from service.core.db import make_engine, session_factory
+from service.core.settings import Settings, get_settings
+from service.training.queue import WEBHOOK_QUEUE
+from service.webhooks import delivery
 from workers.app import celery_app, worker_argv
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def sweep_forever(settings: Settings, stop: threading.Event) -> None:
         while not stop.wait(settings.webhook_sweep_seconds):
             try:
                 with sessions() as session:
-                    sent = webhooks.send_due(session, settings)
+                    sent = delivery.send_due(session, settings)
                 if sent:
                     log.info("webhook sweep: sent %d event(s)", len(sent))
             except (SQLAlchemyError, redis.RedisError, KombuOperationalError, OSError) as error:

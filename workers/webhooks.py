@@ -1,6 +1,6 @@
 """The webhook delivery task: one attempt to deliver a classifier status event.
 
-The task is a thin shell around :func:`service.webhooks.deliver`, which takes the attempt with a
+The task is a thin shell around :func:`service.webhooks.delivery.deliver`, which takes the attempt with a
 compare-and-set, so a duplicate message does nothing. A failed attempt is retried with
 ``Task.retry(countdown=...)`` after the back-off that the attempt recorded, and so is one put off
 because its tenant already has ``webhook_tenant_concurrency`` attempts in flight; the cap on attempts
@@ -17,10 +17,10 @@ import logging
 from celery import Task
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import webhooks
-from service.db import session_factory, shared_engine
-from service.queue import WEBHOOK_QUEUE, WEBHOOK_TASK
-from service.settings import get_settings
+from service.core.db import session_factory, shared_engine
+from service.core.settings import get_settings
+from service.training.queue import WEBHOOK_QUEUE, WEBHOOK_TASK
+from service.webhooks import delivery
 from workers.app import celery_app
 
 log = logging.getLogger(__name__)
@@ -39,10 +39,10 @@ def deliver_webhook(self: Task, event_id: str, put_offs: int = 0) -> None:
     one after it when this one failed, or this one when its tenant had no slot free (its
     ``put_offs`` in a row lengthen the wait). Returns quietly when there is nothing to do."""
     with _sessions()() as session:
-        attempted = webhooks.deliver(session, get_settings(), event_id, put_offs=put_offs)
+        attempted = delivery.deliver(session, get_settings(), event_id, put_offs=put_offs)
     if attempted is None:
         return
-    if isinstance(attempted, webhooks.Busy):  # its tenant's other attempts hold its slots
+    if isinstance(attempted, delivery.Busy):  # its tenant's other attempts hold its slots
         raise self.retry(countdown=attempted.retry_in, kwargs={"put_offs": put_offs + 1})
     log.info(
         "event %s attempt %d: %s",

@@ -19,7 +19,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def _ts(name: str, *, nullable: bool = False) -> sa.Column[object]:
-    # service.models.UTCDateTime renders as this type; it adds only Python-side conversion.
+    # service.core.models.UTCDateTime renders as this type; it adds only Python-side conversion.
     return sa.Column(name, sa.DateTime(timezone=True), nullable=nullable)
 
 

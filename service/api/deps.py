@@ -25,18 +25,20 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import State
 
-from service import classifiers, datasets, serving, tenant_deletion
-from service.db import POOL_TIMEOUT_S
-from service.errors import BadRequest, Forbidden, NotFound, Unauthorized
-from service.failed_keys import FailedKeys
-from service.invalidation import Invalidations
-from service.lookup_cache import LookupCache
-from service.models import Classifier, ClassifierVersion, Dataset, Tenant, utcnow
-from service.ratelimit import RateLimiter
-from service.serving import ModelCache, Servable
-from service.settings import Settings
-from service.store import ArtifactStore
-from service.tenancy import hash_key, is_admin_key, presented_key, tenant_for_key, well_formed_id
+from service.catalogue import classifiers, datasets, tenant_deletion
+from service.core.db import POOL_TIMEOUT_S
+from service.core.errors import BadRequest, Forbidden, NotFound, Unauthorized
+from service.core.models import Classifier, ClassifierVersion, Dataset, Tenant, utcnow
+from service.core.settings import Settings
+from service.serving import classifying
+from service.serving.classifying import Servable
+from service.serving.invalidation import Invalidations
+from service.serving.lookup_cache import LookupCache
+from service.serving.model_cache import ModelCache
+from service.storage.store import ArtifactStore
+from service.tenants.accounts import hash_key, is_admin_key, presented_key, tenant_for_key, well_formed_id
+from service.tenants.failed_keys import FailedKeys
+from service.tenants.ratelimit import RateLimiter
 
 _T = TypeVar("_T")
 
@@ -260,7 +262,7 @@ class ServingTarget:
     check whether the classifier still exists, and the app's settings, store and model cache."""
 
     classifier: Servable
-    lookup: serving.ServingLookup
+    lookup: classifying.ServingLookup
     still_exists: Callable[[], bool]
     settings: Settings
     store: ArtifactStore
@@ -321,8 +323,8 @@ async def _serving_target(
     return ServingTarget(classifier, found, still_exists, state.settings, state.store, models)
 
 
-async def charge_classify(state: State, found: serving.ServingLookup, units: int) -> None:
-    """Charge ``units`` (:func:`service.serving.charge_units`) to the caller's classify rate:
+async def charge_classify(state: State, found: classifying.ServingLookup, units: int) -> None:
+    """Charge ``units`` (:func:`service.serving.classifying.charge_units`) to the caller's classify rate:
     from this replica's lease, else from Redis on a worker thread. RateLimited over the rate,
     QuotaExceeded at a rate of 0."""
     limiter: RateLimiter = state.limiter
@@ -334,17 +336,17 @@ async def charge_classify(state: State, found: serving.ServingLookup, units: int
         )
 
 
-def _pinned(sessions: sessionmaker[Session], classifier_id: str, version: int) -> serving.Servable:
+def _pinned(sessions: sessionmaker[Session], classifier_id: str, version: int) -> classifying.Servable:
     with sessions() as session:
-        return serving.pinned(session, classifier_id, version)
+        return classifying.pinned(session, classifier_id, version)
 
 
 def _lookup(
     sessions: sessionmaker[Session], lookups: LookupCache, digest: str, classifier_id: str
-) -> serving.ServingLookup | None:
+) -> classifying.ServingLookup | None:
     generation = lookups.generation()
     with sessions() as session:
-        found = serving.lookup(session, digest, classifier_id if well_formed_id(classifier_id) else "")
+        found = classifying.lookup(session, digest, classifier_id if well_formed_id(classifier_id) else "")
     if found is not None:
         lookups.put(digest, classifier_id, found, generation)
     return found

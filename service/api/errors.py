@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from service.errors import TaasError, Throttled, Unauthorized, new_incident, unavailable
+from service.core.errors import TaasError, Throttled, Unauthorized, new_incident, unavailable
 
 log = logging.getLogger(__name__)
 WWW_AUTHENTICATE = 'Basic realm="taas", Bearer realm="taas"'

@@ -5,7 +5,7 @@ several times the inference of one short text. The app (:class:`service.app.Taas
 ``POST /v1/classifiers/{id}/classify`` and ``…/classify_collection``, and NLC's other form
 ``GET …/classify?text=``, to :class:`FastClassify` before all of that, which answers itself
 when the JSON body (or the one query parameter ``text``) passes NLC's rules, the caller's
-key and the classifier are in the lookup cache (:mod:`service.lookup_cache`) and the model is
+key and the classifier are in the lookup cache (:mod:`service.serving.lookup_cache`) and the model is
 loaded; the call is then charged to the tenant's rate (from this replica's lease, or from
 Redis on a worker thread when the lease ran out) and run on the inference batcher. Anything
 else — a cache miss, a refusal, a malformed body, a model still to load — is handed, untouched
@@ -24,6 +24,7 @@ import asyncio
 import re
 import time
 import urllib.parse
+from typing import Protocol
 
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
@@ -31,18 +32,17 @@ from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import serving
 from service.api import errors
 from service.api.deps import charge_classify
 from service.api.routes import classify
 from service.api.schemas import ClassifyCollectionInput, ClassifyInput
-from service.errors import TaasError
-from service.lookup_cache import LookupCache
-from service.metrics import Metrics
-from service.serving import ModelCache
-from service.settings import Settings
-from service.store import ArtifactStore
-from service.tenancy import hash_key, presented_key
+from service.core.errors import TaasError
+from service.core.settings import Settings
+from service.serving import classifying
+from service.serving.lookup_cache import LookupCache
+from service.serving.model_cache import ModelCache
+from service.storage.store import ArtifactStore
+from service.tenants.accounts import hash_key, presented_key
 
 # How long the fast path waits for a body that its headers announced; a client that sends it
 # later is the route's, whose body limit answers 408 after TAAS_BODY_IDLE_SECONDS. (The fast
@@ -61,11 +61,17 @@ _ROUTES = {  # the metrics label: the route's template
 }
 
 
+class RequestMetrics(Protocol):
+    """Where an answered call is counted: the app's :class:`service.ops.metrics.Metrics`."""
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None: ...
+
+
 class FastClassify:
     """The fast path of one app: ``await fast(scope, receive, send)`` for a request that
     :meth:`takes`; what it cannot answer goes to ``fallback`` (the app's whole middleware stack)."""
 
-    def __init__(self, state: State, metrics: Metrics, fallback: ASGIApp) -> None:
+    def __init__(self, state: State, metrics: RequestMetrics, fallback: ASGIApp) -> None:
         self.state = state
         self.metrics = metrics
         self.fallback = fallback
@@ -153,12 +159,12 @@ class FastClassify:
             return None
         try:
             # A refusal charges nothing, so the route may ask again to answer it.
-            await charge_classify(state, found, serving.charge_units(texts))
+            await charge_classify(state, found, classifying.charge_units(texts))
         except TaasError:
             return None
         scores = await models.inference.classify(model, texts)
         return classify.reply_json(
-            Request(scope), classifier_id, body, texts, serving.classified(model, scores)
+            Request(scope), classifier_id, body, texts, classifying.classified(model, scores)
         )
 
 

@@ -2,10 +2,10 @@
 
 Blocking (validation, file moves, the upload to a remote store): routes run these in the thread
 pool. Each one discards the spooled upload whatever happens. An upload is validated and stored
-(:func:`service.datasets.stage_upload`) before the transaction begins, once a read has found
+(:func:`service.catalogue.datasets.stage_upload`) before the transaction begins, once a read has found
 room for it (``quotas.check_room_for_upload``), with the request's database slot given back
 meanwhile (:func:`service.api.deps.blocking_without_db_slot`); quotas are then checked (the
-sizes are known) inside the transaction that adds the rows (``service.quotas``), and a
+sizes are known) inside the transaction that adds the rows (``service.tenants.quotas``), and a
 refusal removes the stored file again.
 """
 
@@ -18,16 +18,17 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
-from service import classifiers, datasets, quotas, versions
 from service.api.deps import blocking_without_db_slot
 from service.api.schemas import CreateFromDataset, VersionFromDataset
 from service.api.uploads import RAW_BODY, Upload
-from service.callback_urls import UnsafeCallback, check_callback_url
-from service.errors import BadRequest
-from service.models import Classifier, ClassifierMode, ClassifierVersion, Dataset, Promote, utcnow
-from service.settings import Settings
-from service.store import ArtifactStore
-from service.training_data import InputFormat, Limits
+from service.catalogue import classifiers, datasets, versions
+from service.catalogue.training_data import InputFormat, Limits
+from service.core.errors import BadRequest
+from service.core.models import Classifier, ClassifierMode, ClassifierVersion, Dataset, Promote, utcnow
+from service.core.settings import Settings
+from service.storage.store import ArtifactStore
+from service.tenants import quotas
+from service.webhooks.callback_urls import UnsafeCallback, check_callback_url
 
 _Choice = TypeVar("_Choice", bound=StrEnum)
 TRAINING_DATA = "training_data"
@@ -205,7 +206,7 @@ def _stage_training_data(
 def _staged(
     session: Session, store: ArtifactStore, settings: Settings, source: Path, fmt: InputFormat, tenant_id: str
 ) -> datasets.StagedDataset:
-    """:func:`service.datasets.stage_upload` (validation and the copy to the store) with the
+    """:func:`service.catalogue.datasets.stage_upload` (validation and the copy to the store) with the
     request's database slot given back meanwhile; its files removed again if no slot comes back."""
     return blocking_without_db_slot(
         session,

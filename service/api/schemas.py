@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from service import jobs
-from service.models import (
+from service.catalogue.tenant_deletion import TenantDeleted
+from service.core.models import (
     ApiKey,
     Classifier,
     ClassifierMode,
@@ -22,8 +22,8 @@ from service.models import (
     WebhookAttempt,
     timestamp,
 )
-from service.status_events import event_json
-from service.tenant_deletion import TenantDeleted
+from service.training import jobs
+from service.training.status_events import event_json
 
 PROGRESS_FIELDS = (
     "phase",

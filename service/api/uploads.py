@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.datasets import STORE_REFUSED
-from service.errors import (
+from service.catalogue.datasets import STORE_REFUSED
+from service.core.errors import (
     BadRequest,
     PayloadTooLarge,
     RequestTimeout,
@@ -33,7 +33,7 @@ from service.errors import (
     UnsupportedMediaType,
     unavailable,
 )
-from service.store import ArtifactStore
+from service.storage.store import ArtifactStore
 
 SMALL_PART_BYTES = 64 * 1024  # metadata and name fields
 MAX_PARTS = 16

@@ -10,17 +10,17 @@ from typing import Any
 
 from fastapi import Query, Request, Response
 
-from service import tenancy
 from service.api.deps import InvalidationsDep, SessionDep, SettingsDep, TenantDeleterDep
 from service.api.routing import Router
 from service.api.schemas import KeyRotate, TenantDeletedInfo
-from service.errors import BadRequest
-from service.metrics import CONTENT_TYPE, Metrics
-from service.models import JobState, utcnow
+from service.core.errors import BadRequest
+from service.core.models import JobState, utcnow
 from service.ops import views
+from service.ops.metrics import CONTENT_TYPE, Metrics
 from service.ops.session import CsrfSessionDep
 from service.ops.session import SessionDep as OpsSessionDep
-from service.worker_registry import WorkerRegistry
+from service.tenants import accounts
+from service.training.worker_registry import WorkerRegistry
 
 router = Router(prefix="/ops/api", include_in_schema=False)
 _STATES = [state.value for state in JobState]
@@ -45,7 +45,7 @@ def jobs(
     page: int = Query(1, ge=1, le=2_147_483_647),
     choices: bool = Query(False, description="Also list the tenants and states to filter by."),
 ) -> dict[str, Any]:
-    if tenant and not tenancy.well_formed_id(tenant):  # checked before SQL sees it (a NUL fails there)
+    if tenant and not accounts.well_formed_id(tenant):  # checked before SQL sees it (a NUL fails there)
         raise BadRequest("tenant", "is not a tenant id")
     if state and state not in _STATES:
         raise BadRequest("state", f"must be one of {', '.join(_STATES)}")
@@ -76,7 +76,7 @@ def rotate_key(
     _: CsrfSessionDep, tenant_id: str, body: KeyRotate, session: SessionDep, invalidations: InvalidationsDep
 ) -> dict[str, str]:
     """A new key for the tenant, shown only in this reply."""
-    issued = tenancy.rotate_key(session, tenant_id, revoke_others=body.revoke_others, now=utcnow())
+    issued = accounts.rotate_key(session, tenant_id, revoke_others=body.revoke_others, now=utcnow())
     if body.revoke_others:
         invalidations.announce(tenant_id)
     return {"tenant_id": issued.tenant_id, "key_id": issued.key_id, "api_key": issued.api_key}
@@ -86,7 +86,7 @@ def rotate_key(
 def revoke_key(
     _: CsrfSessionDep, tenant_id: str, key_id: str, session: SessionDep, invalidations: InvalidationsDep
 ) -> dict[str, str]:
-    tenancy.revoke_key(session, tenant_id, key_id, now=utcnow())
+    accounts.revoke_key(session, tenant_id, key_id, now=utcnow())
     invalidations.announce(tenant_id)
     return {}
 
@@ -99,7 +99,7 @@ def delete_tenant(_: CsrfSessionDep, tenant_id: str, delete: TenantDeleterDep) -
 
 @scrape_router.get("/metrics")
 def metrics(request: Request) -> Response:
-    """Every series in the Prometheus text format (see ``service.metrics``)."""
+    """Every series in the Prometheus text format (see ``service.ops.metrics``)."""
     registry: Metrics = request.app.state.metrics
     return Response(registry.exposition(), media_type=CONTENT_TYPE)
 

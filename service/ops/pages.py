@@ -15,10 +15,10 @@ from fastapi.templating import Jinja2Templates
 
 from service.api.deps import SettingsDep
 from service.api.routing import Router
-from service.errors import TooManyWrongKeys
-from service.failed_keys import FailedKeys
+from service.core.errors import TooManyWrongKeys
 from service.ops import session as ops_session
-from service.tenancy import is_admin_key
+from service.tenants.accounts import is_admin_key
+from service.tenants.failed_keys import FailedKeys
 
 router = Router(prefix="/ops", include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")

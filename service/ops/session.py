@@ -28,8 +28,8 @@ from typing import Annotated
 import redis
 from fastapi import Depends, Request, Response
 
-from service.errors import Forbidden, ServiceUnavailable, TaasError
-from service.settings import Settings
+from service.core.errors import Forbidden, ServiceUnavailable, TaasError
+from service.core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,15 @@ import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service import observe, quotas, tenancy
-from service.errors import NotFound
-from service.history import HISTORY_KEY
-from service.jobs import eta_seconds, shown_phase
-from service.models import Classifier, ClassifierVersion, JobEvent, JobState, Tenant, TrainingJob
-from service.paging import page_count
-from service.settings import Settings
-from service.worker_registry import WorkerRegistry
+from service.core.errors import NotFound
+from service.core.models import Classifier, ClassifierVersion, JobEvent, JobState, Tenant, TrainingJob
+from service.core.settings import Settings
+from service.ops import observe
+from service.tenants import accounts, quotas
+from service.tenants.accounts import page_count
+from service.training.history import HISTORY_KEY
+from service.training.jobs import eta_seconds, shown_phase
+from service.training.worker_registry import WorkerRegistry
 
 PAGE_SIZE = 25
 TENANTS_PER_PAGE = 20  # a card each, with its keys and classifiers
@@ -104,7 +105,7 @@ def job_list(session: Session, where: JobFilter, *, with_choices: bool = False) 
 def job_detail(session: Session, job_id: str) -> dict[str, Any]:
     """One job: its row, progress and time series, timeline, and the status and metrics of the
     classifier version it trains."""
-    job = session.get(TrainingJob, job_id) if tenancy.well_formed_id(job_id) else None  # no NUL to SQL
+    job = session.get(TrainingJob, job_id) if accounts.well_formed_id(job_id) else None  # no NUL to SQL
     if job is None:
         raise NotFound("training job", job_id)
     classifier = session.get(Classifier, job.classifier_id)
@@ -155,7 +156,7 @@ def tenants(session: Session, settings: Settings, *, page: int = 1, name: str = 
     classifier made one reply of megabytes with a thousand tenants, and one tenant of 10,000
     classifiers a page of 3.5 MB."""
     page = max(1, page)
-    found = tenancy.find_tenants(session, name=name, page=page, per_page=TENANTS_PER_PAGE)
+    found = accounts.find_tenants(session, name=name, page=page, per_page=TENANTS_PER_PAGE)
     ids = [t.id for t in found.tenants]
     classifiers: dict[str, list[dict[str, Any]]] = {}
     newest_first = (Classifier.created_at.desc(), Classifier.id)
@@ -200,7 +201,7 @@ def tenants(session: Session, settings: Settings, *, page: int = 1, name: str = 
                 "usage": asdict(held.get(tenant.id, nothing)),
                 "classifiers": classifiers.get(tenant.id, []),
             }
-            for tenant, keys in tenancy.with_keys(session, found.tenants)
+            for tenant, keys in accounts.with_keys(session, found.tenants)
         ],
     }
 

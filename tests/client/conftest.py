@@ -16,7 +16,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from service.cli import cli
+from service.cli.commands import cli
 from tests.e2e.conftest import embedded_platform, intents_nlc, platform_factory  # noqa: F401  (fixtures)
 
 

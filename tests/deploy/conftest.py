@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from service.settings import Settings
+from service.core.settings import Settings
 
 # Fake credentials for the local S3 server, given the standard AWS way (environment variables).
 S3_ENV = {

@@ -1,6 +1,6 @@
 """One set of storage tests, run against every artifact backend: the local folder
-(``service.store.ArtifactStore``) and S3-compatible object storage
-(``service.artifacts.s3.S3ArtifactStore``) on a real S3 server (moto, a subprocess)."""
+(``service.storage.store.ArtifactStore``) and S3-compatible object storage
+(``service.storage.s3.S3ArtifactStore``) on a real S3 server (moto, a subprocess)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from types import SimpleNamespace
 import boto3
 import pytest
 
-from service.artifacts import ArtifactBackend, StoreUnavailable, layout, open_backend
-from service.artifacts.s3 import S3ArtifactStore, parse_s3_url
-from service.jobs import JobContext
-from service.settings import Settings
-from service.store import ArtifactStore
+from service.core.settings import Settings
+from service.storage import layout
+from service.storage.base import ArtifactBackend, StoreUnavailable
+from service.storage.s3 import S3ArtifactStore, parse_s3_url
+from service.storage.store import ArtifactStore, open_backend
+from service.training.jobs import JobContext
 from workers import training_run
 
 

@@ -22,10 +22,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from service.artifacts import layout
-from service.models import TrainingJob
-from service.settings import Settings
-from service.store import ArtifactStore
+from service.core.models import TrainingJob
+from service.core.settings import Settings
+from service.storage import layout
+from service.storage.store import ArtifactStore
 from tests.conftest import TenantHandle
 from trainer.checkpoint import checkpoint_path
 from trainer.errors import TrainingStopped

@@ -1,5 +1,5 @@
 """Alembic is the only schema path: on a fresh SQLite file and a fresh PostgreSQL database,
-``upgrade head`` builds exactly what ``service.models`` declares (autogenerate finds no
+``upgrade head`` builds exactly what ``service.core.models`` declares (autogenerate finds no
 difference), and upgrade -> downgrade base -> upgrade round-trips.
 
 Whatever the head is gets tested: the chain is read from ``migrations/versions``.
@@ -23,7 +23,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
-from service.models import Base
+from service.core.models import Base
 from tests.conftest import fresh_postgres_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -105,8 +105,8 @@ def test_models_and_migration_head_agree(fresh_url: str) -> None:
     assert _revision(fresh_url) == head
     diff = _diff(fresh_url)
     assert diff == [], (
-        f"service.models and the Alembic head ({head}) disagree on {make_url(fresh_url).get_backend_name()}: "
-        f"{diff} (write a revision for the model change)"
+        f"service.core.models and the Alembic head ({head}) disagree on "
+        f"{make_url(fresh_url).get_backend_name()}: {diff} (write a revision for the model change)"
     )
     assert set(Base.metadata.tables) <= _tables(fresh_url)
 

@@ -25,11 +25,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.artifacts import StoreUnavailable, layout
-from service.artifacts.s3 import S3ArtifactStore
-from service.models import ClassifierStatus, JobEvent, JobState, TrainingJob
-from service.settings import Settings
-from service.store import ArtifactStore
+from service.core.models import ClassifierStatus, JobEvent, JobState, TrainingJob
+from service.core.settings import Settings
+from service.storage import layout
+from service.storage.base import StoreUnavailable
+from service.storage.s3 import S3ArtifactStore
+from service.storage.store import ArtifactStore
 from tests.conftest import REDIS_TEST_URL, TenantHandle
 from tests.service.helpers import nlc_files, train_tiny_model
 from trainer.bundle import write_bundle

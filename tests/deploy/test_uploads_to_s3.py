@@ -27,10 +27,10 @@ from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from service.artifacts import layout
-from service.artifacts.s3 import S3ArtifactStore
-from service.settings import Settings
-from service.store import ArtifactStore
+from service.core.settings import Settings
+from service.storage import layout
+from service.storage.s3 import S3ArtifactStore
+from service.storage.store import ArtifactStore
 from tests.conftest import TenantHandle
 from tests.service.helpers import NLC_CSV, nlc_files, train_tiny_model
 from trainer.bundle import write_bundle

@@ -30,10 +30,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import history, jobs
-from service.models import TrainingJob, utcnow
-from service.settings import Settings
-from service.worker_registry import WorkerInfo, WorkerRegistry, connect
+from service.core.models import TrainingJob, utcnow
+from service.core.settings import Settings
+from service.training import history, jobs
+from service.training.worker_registry import WorkerInfo, WorkerRegistry, connect
 from tests.conftest import ADMIN_KEY, REPO_ROOT, TenantHandle
 from tests.e2e.conftest import embedded_platform, intents_nlc, platform_factory  # noqa: F401  (fixtures)
 from tests.service.helpers import nlc_files

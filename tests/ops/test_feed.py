@@ -14,12 +14,11 @@ from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
 from benchmarks.chaos import free_port
-from service import observe
-from service.db import session_factory
-from service.errors import NotFound
-from service.models import Classifier, utcnow
-from service.ops import views
-from service.worker_registry import WorkerInfo, WorkerRegistry, connect
+from service.core.db import session_factory
+from service.core.errors import NotFound
+from service.core.models import Classifier, utcnow
+from service.ops import observe, views
+from service.training.worker_registry import WorkerInfo, WorkerRegistry, connect
 from tests.conftest import TenantHandle
 from tests.ops.conftest import INTENTS_NLC, FinishedJob
 from tests.service.helpers import nlc_files

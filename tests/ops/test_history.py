@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from service.history import MAX_POINTS, recorded, with_point
+from service.training.history import MAX_POINTS, recorded, with_point
 from tests.ops.conftest import FinishedJob
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.worker_registry import WorkerInfo
+from service.training.worker_registry import WorkerInfo
 from tests.ops.conftest import FinishedJob
 
 

@@ -9,9 +9,8 @@ import pytest
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
-from service import observe
-from service.models import JobEvent, TrainingJob, utcnow
-from service.ops import views
+from service.core.models import JobEvent, TrainingJob, utcnow
+from service.ops import observe, views
 from tests.ops.conftest import FinishedJob
 
 

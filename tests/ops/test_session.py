@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from benchmarks.chaos import ExternalRedis
 from service.app import create_app
-from service.settings import Settings
+from service.core.settings import Settings
 from tests.conftest import ADMIN_KEY, TenantHandle
 from tests.ops.conftest import log_in
 

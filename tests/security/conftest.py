@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from service.store import ArtifactStore
+from service.storage.store import ArtifactStore
 from tests.service.helpers import make_available, nlc_files, train_tiny_model
 
 LABELLED = "text,label\nhot today?,temperature\nraining?,conditions\ncold tonight?,temperature\n"

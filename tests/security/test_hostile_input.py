@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier
-from service.settings import Settings
+from service.core.models import Classifier
+from service.core.settings import Settings
 from tests.conftest import ADMIN_KEY
 from tests.service.helpers import NLC_CSV, nlc_files
 
@@ -572,7 +572,7 @@ def available_id(available: str) -> str:
 
 @pytest.fixture
 def available(client: TestClient, tenant: Any, session: Session, settings: Settings, tiny_model: Path) -> str:
-    from service.store import ArtifactStore
+    from service.storage.store import ArtifactStore
     from tests.service.helpers import make_available
 
     created = _create(client, tenant)

@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from service.app import create_app
-from service.settings import Settings
+from service.core.settings import Settings
 from tests.conftest import ADMIN_KEY
 
 pytestmark = pytest.mark.slow

@@ -24,8 +24,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from service.app import create_app
-from service.db import POOL_CONNECTIONS, POOL_TIMEOUT_S
-from service.settings import Settings
+from service.core.db import POOL_CONNECTIONS, POOL_TIMEOUT_S
+from service.core.settings import Settings
 from tests.service.helpers import nlc_files
 from trainer.bundle import write_bundle
 

@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.requests import HTTPConnection
 
-from service import failed_keys
 from service.app import create_app
-from service.errors import TooManyWrongKeys
-from service.failed_keys import FailedKeys, client_address
-from service.settings import Settings
+from service.core.errors import TooManyWrongKeys
+from service.core.settings import Settings
+from service.tenants import failed_keys
+from service.tenants.failed_keys import FailedKeys, client_address
 from tests.conftest import ADMIN_KEY
 
 BOGUS = {"Authorization": "Bearer not-a-key-of-anyone"}

@@ -12,9 +12,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import jobs
-from service.models import TrainingJob, utcnow
-from service.store import ArtifactStore
+from service.core.models import TrainingJob, utcnow
+from service.storage.store import ArtifactStore
+from service.training import jobs
 from trainer.data import LabelledData
 from trainer.engine import train
 from trainer.hparams import DEFAULT_HPARAMS

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.batching import InferenceBatcher
+from service.serving.batching import InferenceBatcher
 from trainer.inference import LoadedModel
 
 TEXTS = ["is it going to rain tomorrow", "how warm is it", "will it snow tonight", "sunny today?"]

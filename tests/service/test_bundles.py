@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service import bundles
 from service.app import create_app
-from service.errors import NotFound
-from service.models import Classifier, ClassifierStatus, ClassifierVersion
-from service.settings import Settings
-from service.store import ArtifactStore
+from service.catalogue import bundles
+from service.core.errors import NotFound
+from service.core.models import Classifier, ClassifierStatus, ClassifierVersion
+from service.core.settings import Settings
+from service.storage.store import ArtifactStore
 from trainer.bundle import extract_bundle, write_bundle
 from trainer.inference import META_FILE, LoadedModel
 

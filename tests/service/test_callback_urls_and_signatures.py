@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from service.callback_urls import UnsafeCallback, check_callback_url
 from service.client.webhooks import InvalidSignature, sign, verify
-from service.host_lookups import HostLookups, LookupRefused
+from service.webhooks.callback_urls import UnsafeCallback, check_callback_url
+from service.webhooks.host_lookups import HostLookups, LookupRefused
 
 SECRET = "whsec_test"
 BODY = b'{"id":"e1","status":"Available"}'

@@ -16,10 +16,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from benchmarks.chaos import free_port
-from service import jobs
 from service.app import create_app
-from service.models import Dataset, JobEvent, JobState, TrainingJob, utcnow
-from service.settings import Settings
+from service.core.models import Dataset, JobEvent, JobState, TrainingJob, utcnow
+from service.core.settings import Settings
+from service.training import jobs
 from tests.service.helpers import nlc_files, store_dataset
 
 NLC_CLASSIFIER_KEYS = {"classifier_id", "name", "language", "created", "url", "status", "status_description"}

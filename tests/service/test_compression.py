@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from service.store import ArtifactStore
+from service.storage.store import ArtifactStore
 from tests.conftest import TenantHandle
 from tests.service.helpers import make_available
 from trainer.evaluate import classification_report

@@ -1,4 +1,4 @@
-"""service.db.hold_write_lock: on SQLite, which ignores SELECT ... FOR UPDATE, a transaction that
+"""service.core.db.hold_write_lock: on SQLite, which ignores SELECT ... FOR UPDATE, a transaction that
 checks and then acts (a quota, a version's status) holds the database's write lock from the
 check to its end, so no other writer comes between."""
 
@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from service.db import hold_write_lock, make_engine, session_factory
-from service.settings import Settings
+from service.core.db import hold_write_lock, make_engine, session_factory
+from service.core.settings import Settings
 
 
 def test_a_second_sqlite_writer_waits_until_the_holder_ends(tmp_path: Path) -> None:

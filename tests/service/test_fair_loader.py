@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 
-from service.fair_loader import FairLoader
+from service.serving.fair_loader import FairLoader
 
 
 def test_a_call_returns_its_result_or_raises_its_error_through_the_future() -> None:

@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 from service.api import fast_classify
 from service.api.schemas import Classification, ClassificationCollection
 from service.app import create_app
-from service.settings import Settings
+from service.core.settings import Settings
 
 TEXT = {"text": "is it going to rain"}
 

@@ -12,10 +12,10 @@ import pytest
 import redis
 
 from benchmarks.chaos import ExternalRedis
-from service.invalidation import Invalidations
-from service.lookup_cache import LookupCache
-from service.models import ClassifierStatus
-from service.serving import Servable, ServingLookup
+from service.core.models import ClassifierStatus
+from service.serving.classifying import Servable, ServingLookup
+from service.serving.invalidation import Invalidations
+from service.serving.lookup_cache import LookupCache
 from tests.conftest import REDIS_TEST_URL, empty_redis_db
 
 CID = "c" * 36
@@ -82,7 +82,7 @@ def test_a_dead_redis_turns_the_cache_off_and_a_restarted_one_back_on(
         server.start()
         wait_until(cache.usable, timeout=10, message="resubscribed")
         assert len(cache) == 0, "nothing from before the outage survives it"
-        said = [r.getMessage() for r in caplog.records if r.name == "service.invalidation"]
+        said = [r.getMessage() for r in caplog.records if r.name == "service.serving.invalidation"]
         assert sum("lost Redis" in line for line in said) == 1, said  # once an outage, not a retry
         assert sum("subscribed to Redis again" in line for line in said) == 1, said
     finally:
@@ -117,7 +117,7 @@ def test_a_redis_that_cannot_persist_keeps_the_cache_on_and_its_invalidations_fl
         wait_until(
             lambda: there.cache.get("a" * 64, CID) is None, timeout=2, message="the other replica forgot"
         )
-        assert not [r for r in caplog.records if r.name == "service.invalidation"]
+        assert not [r for r in caplog.records if r.name == "service.serving.invalidation"]
     finally:
         for replica in (here, there):
             replica.close()

@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import jobs
-from service.models import Classifier, ClassifierStatus, JobEvent, JobState, Tenant, TrainingJob, new_id
+from service.core.models import Classifier, ClassifierStatus, JobEvent, JobState, Tenant, TrainingJob, new_id
+from service.training import jobs
 from tests.conftest import TenantHandle
 from tests.service.helpers import nlc_files
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.classifiers import check_language
-from service.errors import BadRequest
+from service.catalogue.classifiers import check_language
+from service.core.errors import BadRequest
 from tests.service.helpers import store_dataset
 
 NLC_LANGUAGES = ["en", "ar", "fr", "de", "it", "ja", "ko", "pt", "es"]

@@ -21,9 +21,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session
 
-from service import jobs
-from service.db import session_factory
-from service.models import (
+from service.core.db import session_factory
+from service.core.models import (
     ClassifierStatus,
     ClassifierVersion,
     Dataset,
@@ -32,7 +31,8 @@ from service.models import (
     TrainingJob,
     utcnow,
 )
-from service.store import ArtifactStore
+from service.storage.store import ArtifactStore
+from service.training import jobs
 from tests.conftest import TenantHandle
 from tests.service.helpers import NLC_CSV, make_available, store_dataset
 

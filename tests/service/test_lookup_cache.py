@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from service.lookup_cache import LookupCache
-from service.models import ClassifierStatus
-from service.serving import Servable, ServingLookup
+from service.core.models import ClassifierStatus
+from service.serving.classifying import Servable, ServingLookup
+from service.serving.lookup_cache import LookupCache
 
 DIGEST = "d" * 64
 CID = "c" * 36

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service import serving
-from service.serving import ModelCache
+from service.serving import model_cache
+from service.serving.model_cache import ModelCache
 
 MB = 1 << 20
 
@@ -28,7 +28,7 @@ def test_a_tenant_cycling_small_models_does_not_evict_another_tenants_large_hot_
     each of B's loads, though freeing 10 MB (B's least recently used) made room: the cache
     then held B's 50 MB and nothing else, and every A call paid a cold load."""
     sizes = {"a": 60 * MB, **{f"b{i}": 10 * MB for i in range(20)}}
-    monkeypatch.setattr(serving, "read_fetched", lambda _fetch, folder, _load: _Fake(sizes[folder.name]))
+    monkeypatch.setattr(model_cache, "read_fetched", lambda _fetch, folder, _load: _Fake(sizes[folder.name]))
     cache = ModelCache(budget_bytes=100 * MB)
     loads_of_a = 0
 

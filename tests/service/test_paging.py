@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.paging import page_count
+from service.tenants.accounts import page_count
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
-from service import datasets, quotas, serving
-from service.errors import QuotaExceeded, RateLimited
-from service.models import Tenant
-from service.ratelimit import RateLimiter
-from service.settings import Settings
+from service.catalogue import datasets
+from service.core.errors import QuotaExceeded, RateLimited
+from service.core.models import Tenant
+from service.core.settings import Settings
+from service.serving import classifying
+from service.tenants import quotas
+from service.tenants.ratelimit import RateLimiter
 from tests.conftest import REDIS_TEST_URL
 
 LABELLED = "text,label\nhot today?,temperature\nraining?,conditions\ncold tonight?,temperature\n"
@@ -229,7 +231,7 @@ def test_a_long_text_costs_a_unit_of_the_rate_per_512_characters(
     long = "rain " * 409 + "?"  # 2,046 characters: 4 units
     expanding = "\u3316" * 100  # 100 characters, 600 once NFKC has made each "キロメートル": 2 units
 
-    assert serving.charge_units(["rain?", long, expanding]) == 1 + 4 + 2
+    assert classifying.charge_units(["rain?", long, expanding]) == 1 + 4 + 2
     first = client.post(url, json={"text": long}, headers=tenant.headers)
     then = client.post(url, json={"text": "rain?"}, headers=tenant.headers)
 

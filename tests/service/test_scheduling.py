@@ -2,7 +2,7 @@
 
 Each test gets a database of its own (dispatch looks at every tenant's jobs), migrated by
 Alembic, on SQLite and on PostgreSQL; jobs are reserved, claimed and finished through
-``service.scheduling`` and ``service.jobs``.
+``service.training.scheduling`` and ``service.training.jobs``.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from sqlalchemy import event, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import jobs
-from service.db import make_engine, session_factory
-from service.jobs import BackOff, JobLease
-from service.models import Classifier, Tenant, utcnow
-from service.scheduling import next_fair_job, reserve_fair_job, should_yield
-from service.settings import Settings
+from service.core.db import make_engine, session_factory
+from service.core.models import Classifier, Tenant, utcnow
+from service.core.settings import Settings
+from service.training import jobs
+from service.training.jobs import BackOff, JobLease
+from service.training.scheduling import next_fair_job, reserve_fair_job, should_yield
 from tests.conftest import migrated_database
 
 LEASE = timedelta(seconds=60)

@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from service.api.routes.classify import CLASSES_SHOWN
-from service.serving import ModelCache
-from service.store import ArtifactStore
+from service.serving.model_cache import ModelCache
+from service.storage.store import ArtifactStore
 from tests.service.helpers import WEATHER, make_available, train_tiny_model
 from trainer.inference import LoadedModel
 

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import jobs, status_events
-from service.models import ClassifierStatus, Delivery, StatusEvent, TrainingJob, utcnow
+from service.core.models import ClassifierStatus, Delivery, StatusEvent, TrainingJob, utcnow
+from service.training import jobs, status_events
 from tests.conftest import TenantHandle
 from tests.service.helpers import nlc_files
 

@@ -12,8 +12,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine
 
-from service.settings import Settings
-from service.tenancy import new_admin_key
+from service.core.settings import Settings
+from service.tenants.accounts import new_admin_key
 
 
 def _header_forms(key: str) -> list[dict[str, str]]:

@@ -12,11 +12,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service import quotas, tenant_deletion
-from service.errors import Unauthorized
-from service.models import Base, Classifier, Tenant, utcnow
-from service.settings import Settings
-from service.store import ArtifactStore
+from service.catalogue import tenant_deletion
+from service.core.errors import Unauthorized
+from service.core.models import Base, Classifier, Tenant, utcnow
+from service.core.settings import Settings
+from service.storage.store import ArtifactStore
+from service.tenants import quotas
 from tests.conftest import TenantHandle
 from tests.service.helpers import store_dataset
 

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from service.settings import TRAINER_MAX_TEXT_CHARS, Settings
-from service.store import ArtifactStore
+from service.core.settings import TRAINER_MAX_TEXT_CHARS, Settings
+from service.storage.store import ArtifactStore
 from trainer.data import MAX_TEXT_CHARS, read_labelled_csv
 
 GOOD = "good text,a\nother text,b\n"

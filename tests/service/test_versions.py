@@ -16,11 +16,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from service import classifiers, jobs, versions
 from service.api import deps
-from service.models import Classifier, ClassifierVersion, Dataset, JobState, TrainingJob, utcnow
-from service.settings import Settings
-from service.store import ArtifactStore
+from service.catalogue import classifiers, versions
+from service.core.models import Classifier, ClassifierVersion, Dataset, JobState, TrainingJob, utcnow
+from service.core.settings import Settings
+from service.storage.store import ArtifactStore
+from service.training import jobs
 from tests.conftest import ADMIN_KEY, TenantHandle
 from tests.service.helpers import NLC_CSV, make_available, nlc_files
 

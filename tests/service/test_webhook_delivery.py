@@ -1,4 +1,4 @@
-"""One delivery attempt (``service.webhooks.deliver``) against a real local receiver, without a
+"""One delivery attempt (``service.webhooks.delivery.deliver``) against a real local receiver, without a
 broker in the loop: signed JSON, one attempt per due time whatever the number of messages,
 back-off, the cap, no redirects, the SSRF check again at delivery, https to the checked address
 with the URL's host verified; and the relay that sends
@@ -23,12 +23,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from service import jobs, webhook_slots, webhooks
 from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, verify
-from service.db import session_factory
-from service.models import Delivery, StatusEvent, TrainingJob, utcnow
-from service.queue import WEBHOOK_QUEUE
-from service.settings import Settings
+from service.core.db import session_factory
+from service.core.models import Delivery, StatusEvent, TrainingJob, utcnow
+from service.core.settings import Settings
+from service.training import jobs
+from service.training.queue import WEBHOOK_QUEUE
+from service.webhooks import delivery, slots
 from tests.conftest import TenantHandle, empty_redis_db, redis_test_url
 from tests.webhook_receiver import issue_certificate, running_receiver
 
@@ -95,10 +96,10 @@ def test_a_delivery_is_signed_json_keyed_by_the_event_id_and_happens_once(
     with running_receiver() as receiver:
         event = event_to(receiver.url)
 
-        attempted = webhooks.deliver(session, settings, event.id)
-        again = webhooks.deliver(session, settings, event.id)
+        attempted = delivery.deliver(session, settings, event.id)
+        again = delivery.deliver(session, settings, event.id)
 
-    assert attempted == webhooks.Attempted(1, 200, None, None) and again is None
+    assert attempted == delivery.Attempted(1, 200, None, None) and again is None
     [got] = receiver.all()
     secret = client.get("/v1/webhook_secret", headers=tenant.headers).json()["secret"]
     verify(secret, got.body, got.headers[SIGNATURE_HEADER])
@@ -129,18 +130,18 @@ def test_failed_attempts_back_off_then_the_event_is_given_up_at_the_cap(
     event_to: Callable[[str], StatusEvent],
     wait_until: Callable[..., Any],
 ) -> None:
-    attempts: list[webhooks.Attempted] = []
+    attempts: list[delivery.Attempted] = []
     with running_receiver(answers=[503, 500, 429]) as receiver:
         event = event_to(receiver.url)
         # The first attempt and the check after it see one instant of webhooks' clock: on a loaded
         # machine the back-off's 0.2 s could pass between the two (a flake under xdist).
         frozen = utcnow()
         with pytest.MonkeyPatch.context() as clock:
-            clock.setattr(webhooks, "utcnow", lambda: frozen)
-            attempts.append(webhooks.deliver(session, settings, event.id))  # type: ignore[arg-type]
-            assert webhooks.deliver(session, settings, event.id) is None  # not due until the back-off
+            clock.setattr(delivery, "utcnow", lambda: frozen)
+            attempts.append(delivery.deliver(session, settings, event.id))  # type: ignore[arg-type]
+            assert delivery.deliver(session, settings, event.id) is None  # not due until the back-off
         for _ in range(2):
-            attempts.append(wait_until(lambda: webhooks.deliver(session, settings, event.id), timeout=5))
+            attempts.append(wait_until(lambda: delivery.deliver(session, settings, event.id), timeout=5))
 
     assert [(a.attempt, a.status_code, a.error, a.retry_in) for a in attempts] == [
         (1, 503, "HTTP 503: not now", BACKOFF_SECONDS),
@@ -161,7 +162,7 @@ def test_a_redirect_is_a_failed_attempt_and_is_not_followed(
 ) -> None:
     with running_receiver(answers=[302]) as receiver:
         event = event_to(receiver.url)
-        attempted = webhooks.deliver(session, settings, event.id)
+        attempted = delivery.deliver(session, settings, event.id)
 
     assert attempted is not None and (attempted.status_code, attempted.retry_in) == (302, BACKOFF_SECONDS)
     assert len(receiver.all()) == 1
@@ -192,7 +193,7 @@ def test_a_receiver_trickling_its_reply_is_cut_off_at_the_timeout(
     receiver.start()
     with listener:
         event = event_to(f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
-        attempted = webhooks.deliver(
+        attempted = delivery.deliver(
             session, settings.model_copy(update={"webhook_timeout_seconds": 1.0}), event.id
         )
         receiver.join(timeout=30)
@@ -235,9 +236,9 @@ def test_a_2xx_is_a_delivery_however_slowly_its_body_comes(
     with listener:
         event = event_to(f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
         started = time.monotonic()
-        attempted = webhooks.deliver(session, settings, event.id)
+        attempted = delivery.deliver(session, settings, event.id)
 
-    assert attempted == webhooks.Attempted(1, 200, None, None)
+    assert attempted == delivery.Attempted(1, 200, None, None)
     assert time.monotonic() - started < settings.webhook_timeout_seconds
     assert _event(session, event.id).delivery == Delivery.DELIVERED
 
@@ -258,7 +259,7 @@ def test_a_compressed_refusal_is_kept_as_sent_not_inflated(
         tracemalloc.start()
         try:  # tracemalloc slows every allocation: on a loaded machine this took over 2 s
             patient = settings.model_copy(update={"webhook_timeout_seconds": 30.0})
-            attempted = webhooks.deliver(session, patient, event.id)
+            attempted = delivery.deliver(session, patient, event.id)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
@@ -278,9 +279,9 @@ def test_a_host_written_in_other_characters_is_sent_as_ascii(
         port = receiver.url.split(":")[2].split("/")[0]
         event = event_to(f"http://１２７.０.０.１:{port}/hooks/taas")
 
-        attempted = webhooks.deliver(session, settings, event.id)
+        attempted = delivery.deliver(session, settings, event.id)
 
-    assert attempted == webhooks.Attempted(1, 200, None, None)
+    assert attempted == delivery.Attempted(1, 200, None, None)
     [got] = receiver.all()
     assert got.headers["Host"] == f"127.0.0.1:{port}"
 
@@ -298,7 +299,7 @@ def test_an_event_due_at_the_cap_is_given_up_without_an_attempt(
         )
         session.commit()
 
-        assert webhooks.deliver(session, settings, event.id) is None
+        assert delivery.deliver(session, settings, event.id) is None
 
     assert receiver.all() == []
     stored = _event(session, event.id)
@@ -323,7 +324,7 @@ def test_the_last_event_of_a_deleted_classifier_goes_once_delivered(
         ).all()
 
         for event_id in pending:
-            assert webhooks.deliver(session, settings, event_id) is not None
+            assert delivery.deliver(session, settings, event_id) is not None
 
     assert len(receiver.all()) == 2
     session.rollback()
@@ -335,7 +336,7 @@ def test_the_last_event_of_a_deleted_classifier_goes_once_delivered(
 
 def test_a_long_run_of_put_offs_waits_at_most_the_timeout(session: Session, settings: Settings) -> None:
     """0.25 s x 2**1024 overflowed a float: the message was dropped with a traceback."""
-    assert webhooks._put_off(session, settings, "no-such-event", "no-such-tenant", utcnow(), 1024) is None
+    assert delivery._put_off(session, settings, "no-such-event", "no-such-tenant", utcnow(), 1024) is None
 
 
 def test_a_tenant_with_a_backlog_has_its_waiting_events_come_round_less_often(
@@ -346,13 +347,13 @@ def test_a_tenant_with_a_backlog_has_its_waiting_events_come_round_less_often(
     events = [event_to("http://127.0.0.1:9/hook") for _ in range(5)]  # four others ahead of the last
 
     waits = [
-        webhooks._put_off(session, settings, events[-1].id, tenant.id, utcnow() + timedelta(hours=hours), 40)
+        delivery._put_off(session, settings, events[-1].id, tenant.id, utcnow() + timedelta(hours=hours), 40)
         for hours in range(1, 21)  # each one later than the last put-off's due time
     ]
 
     timeout = settings.webhook_timeout_seconds
     assert all(
-        isinstance(w, webhooks.Busy) and 0.5 * 4 * timeout <= w.retry_in <= 1.5 * 4 * timeout for w in waits
+        isinstance(w, delivery.Busy) and 0.5 * 4 * timeout <= w.retry_in <= 1.5 * 4 * timeout for w in waits
     )
 
 
@@ -380,12 +381,12 @@ def test_a_callback_host_whose_lookup_hangs_is_cut_off_at_the_timeout(
     session.commit()
     monkeypatch.setattr(socket, "getaddrinfo", name_servers_that_do_not_answer)
 
-    attempted = webhooks.deliver(
+    attempted = delivery.deliver(
         session, settings.model_copy(update={"webhook_timeout_seconds": 1.0}), event.id
     )
 
     assert not looked_up.is_set()  # the attempt did not wait for the lookup
-    assert attempted is not None and not isinstance(attempted, webhooks.Busy)
+    assert attempted is not None and not isinstance(attempted, delivery.Busy)
     assert attempted.error == (
         "refused: callback_url host 'hangs.example' could not be looked up: took longer than 1 s"
     )
@@ -419,9 +420,9 @@ def test_an_address_that_takes_no_connection_gives_way_to_the_next_checked_one(
 
         monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
 
-        attempted = webhooks.deliver(session, settings, event.id)
+        attempted = delivery.deliver(session, settings, event.id)
 
-    assert attempted == webhooks.Attempted(1, 200, None, None)
+    assert attempted == delivery.Attempted(1, 200, None, None)
     assert [got.headers["Host"] for got in receiver.all()] == [f"two.example:{port}"]
 
 
@@ -449,26 +450,26 @@ def test_a_tenants_attempt_in_flight_puts_off_its_next_event_and_no_other_tenant
 
         def deliver_held() -> None:
             with session_factory(engine)() as own:
-                results.append(webhooks.deliver(own, settings, held.id))
+                results.append(delivery.deliver(own, settings, held.id))
 
         attempt = threading.Thread(target=deliver_held)
         attempt.start()
         assert entered.wait(timeout=10)
 
         before = utcnow()
-        put_off = webhooks.deliver(session, settings, waiting.id)
-        assert isinstance(put_off, webhooks.Busy)
+        put_off = delivery.deliver(session, settings, waiting.id)
+        assert isinstance(put_off, delivery.Busy)
         assert 0.5 * 0.25 <= put_off.retry_in <= 1.5 * 0.25  # the first put-off's, jittered
         assert _event(session, waiting.id).attempts == 0
         assert _event(session, waiting.id).next_attempt_at >= before + timedelta(seconds=put_off.retry_in)
 
-        delivered = webhooks.deliver(session, settings, other.id)
-        assert delivered is not None and not isinstance(delivered, webhooks.Busy)
+        delivered = delivery.deliver(session, settings, other.id)
+        assert delivered is not None and not isinstance(delivered, delivery.Busy)
         assert delivered.error is None
 
         time.sleep(put_off.retry_in)
-        again = webhooks.deliver(session, settings, waiting.id, put_offs=10)
-        assert isinstance(again, webhooks.Busy)
+        again = delivery.deliver(session, settings, waiting.id, put_offs=10)
+        assert isinstance(again, delivery.Busy)
         timeout = settings.webhook_timeout_seconds
         assert 0.5 * timeout <= again.retry_in <= 1.5 * timeout  # doubled up to the timeout
 
@@ -479,9 +480,9 @@ def test_a_tenants_attempt_in_flight_puts_off_its_next_event_and_no_other_tenant
             update(StatusEvent).where(StatusEvent.id == waiting.id).values(next_attempt_at=utcnow())
         )
         session.commit()
-        later = webhooks.deliver(session, settings, waiting.id)
+        later = delivery.deliver(session, settings, waiting.id)
 
-    assert not isinstance(later, webhooks.Busy) and later.error is None
+    assert not isinstance(later, delivery.Busy) and later.error is None
     assert [r.event["id"] for r in receiver.accepted()] == [other.id, held.id, waiting.id]
 
 
@@ -489,7 +490,7 @@ def test_slots_are_per_tenant_a_duplicate_message_takes_none_and_a_dead_holders_
     broker: redis.Redis,
 ) -> None:
     def slot(tenant: str, event: str) -> Any:
-        return webhook_slots.slot(BROKER_URL, tenant, event, per_tenant=2, hold_seconds=15.0)
+        return slots.slot(BROKER_URL, tenant, event, per_tenant=2, hold_seconds=15.0)
 
     with slot("a", "e1") as first, slot("a", "e2") as second:
         with slot("a", "e1") as duplicate, slot("a", "e3") as third, slot("b", "e4") as other_tenant:
@@ -507,7 +508,7 @@ def test_the_address_is_checked_again_at_delivery(
     with running_receiver() as receiver:
         event = event_to(receiver.url)  # accepted while the installation allowed private receivers
         strict = settings.model_copy(update={"webhook_allow_private": False})
-        attempted = webhooks.deliver(session, strict, event.id)
+        attempted = delivery.deliver(session, strict, event.id)
 
     assert attempted is not None and attempted.status_code is None
     assert attempted.error == (
@@ -535,7 +536,7 @@ def test_a_classifier_deleted_during_an_attempt_keeps_its_undelivered_events(
         event = event_to(receiver.url)
         classifier_id.append(event.classifier_id)
 
-        attempted = webhooks.deliver(session, settings, event.id)
+        attempted = delivery.deliver(session, settings, event.id)
 
     assert attempted is not None and (attempted.attempt, attempted.status_code) == (1, 503)
     assert len(receiver.all()) == 1
@@ -554,13 +555,13 @@ def test_a_classifier_deleted_during_an_attempt_keeps_its_undelivered_events(
 def test_two_messages_for_one_event_at_once_make_one_attempt(
     session: Session, settings: Settings, event_to: Callable[[str], StatusEvent], engine: Any
 ) -> None:
-    results: list[webhooks.Attempted | None] = []
+    results: list[delivery.Attempted | None] = []
     with running_receiver() as receiver:
         event = event_to(receiver.url)
 
         def run() -> None:
             with session_factory(engine)() as own:
-                results.append(webhooks.deliver(own, settings, event.id))
+                results.append(delivery.deliver(own, settings, event.id))
 
         threads = [threading.Thread(target=run) for _ in range(2)]
         for thread in threads:
@@ -568,7 +569,7 @@ def test_two_messages_for_one_event_at_once_make_one_attempt(
         for thread in threads:
             thread.join(timeout=30)
 
-    assert sorted(results, key=lambda r: r is None) == [webhooks.Attempted(1, 200, None, None), None]
+    assert sorted(results, key=lambda r: r is None) == [delivery.Attempted(1, 200, None, None), None]
     assert len(receiver.all()) == 1
 
 
@@ -590,7 +591,7 @@ def test_the_relay_sends_unsent_events_and_resends_only_overdue_ones(
     session.commit()
     event = event_to("http://93.184.216.34/hook")  # the API sent its message after the commit
     assert broker.llen(WEBHOOK_QUEUE) == 1
-    assert webhooks.send_due(session, settings) == []  # sent just now: not overdue
+    assert delivery.send_due(session, settings) == []  # sent just now: not overdue
     job = session.scalars(select(TrainingJob).where(TrainingJob.classifier_id == event.classifier_id)).one()
     lease = jobs.claim_job(session, job.id, "w", now=utcnow(), lease=timedelta(seconds=60))
     assert lease is not None
@@ -601,8 +602,8 @@ def test_the_relay_sends_unsent_events_and_resends_only_overdue_ones(
         )
     ).one()
 
-    assert webhooks.send_due(session, settings) == [finished.id]
-    assert webhooks.send_due(session, settings) == []
+    assert delivery.send_due(session, settings) == [finished.id]
+    assert delivery.send_due(session, settings) == []
     hour_ago = utcnow() - timedelta(hours=1)
     session.execute(  # as if both messages had been lost with Redis an hour ago
         update(StatusEvent)
@@ -610,7 +611,7 @@ def test_the_relay_sends_unsent_events_and_resends_only_overdue_ones(
         .values(enqueued_at=hour_ago, next_attempt_at=hour_ago)
     )
     session.commit()
-    assert sorted(webhooks.send_due(session, settings)) == sorted([event.id, finished.id])
+    assert sorted(delivery.send_due(session, settings)) == sorted([event.id, finished.id])
     assert broker.llen(WEBHOOK_QUEUE) == 4
 
 
@@ -624,7 +625,7 @@ def test_a_receiver_that_is_down_gets_the_event_once_it_is_back(
         event = event_to(receiver.url)
 
         def delivered() -> bool:
-            attempted = webhooks.deliver(session, settings, event.id)
+            attempted = delivery.deliver(session, settings, event.id)
             return attempted is not None and attempted.error is None
 
         wait_until(delivered, timeout=10)
@@ -655,7 +656,7 @@ def test_https_goes_to_the_checked_address_and_verifies_the_urls_host(
     with running_receiver(tls=tls) as receiver:
         event = event_to(receiver.url)
 
-        attempted = webhooks.deliver(session, settings, event.id)
+        attempted = delivery.deliver(session, settings, event.id)
 
     assert attempted is not None
     assert receiver.server_names[:1] == ["localhost"]

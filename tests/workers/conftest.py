@@ -28,14 +28,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from service.classifiers import create_classifier
-from service.datasets import stage_upload
-from service.jobs import version_job
-from service.models import Classifier, TrainingJob
-from service.settings import Settings
-from service.store import ArtifactStore
-from service.tenancy import create_tenant
-from service.training_data import Limits
+from service.catalogue.classifiers import create_classifier
+from service.catalogue.datasets import stage_upload
+from service.catalogue.training_data import Limits
+from service.core.models import Classifier, TrainingJob
+from service.core.settings import Settings
+from service.storage.store import ArtifactStore
+from service.tenants.accounts import create_tenant
+from service.training.jobs import version_job
 
 _INTENTS = {
     "weather": ["will it rain in {}", "weather forecast for {}", "how warm is it in {} today"],

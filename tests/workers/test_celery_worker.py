@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
-from service.settings import Settings
+from service.core.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
+from service.core.settings import Settings
 from tests.conftest import empty_redis_db, migrated_database, redis_test_url
 
 pytestmark = pytest.mark.integration

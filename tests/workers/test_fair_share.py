@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.jobs import claim_job
-from service.models import ClassifierStatus, JobEvent, JobState
-from service.settings import Settings
+from service.core.models import ClassifierStatus, JobEvent, JobState
+from service.core.settings import Settings
+from service.training.jobs import claim_job
 from tests.conftest import migrated_database
 from workers.training_run import JobInterrupted, run_training_job
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.settings import Settings
+from service.core.settings import Settings
 from trainer.hparams import DEFAULT_HPARAMS
 from workers.training_run import operator_hparams
 

@@ -17,10 +17,10 @@ from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from service.jobs import BackOff, claim_job, requeue_expired
-from service.models import ClassifierStatus, JobEvent, JobState
-from service.settings import Settings
-from service.store import ArtifactStore
+from service.core.models import ClassifierStatus, JobEvent, JobState
+from service.core.settings import Settings
+from service.storage.store import ArtifactStore
+from service.training.jobs import BackOff, claim_job, requeue_expired
 from trainer.checkpoint import load_verified
 from trainer.errors import NonFiniteLoss, TrainerError
 from trainer.inference import LoadedModel

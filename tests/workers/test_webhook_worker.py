@@ -25,10 +25,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import jobs
 from service.client.webhooks import SIGNATURE_HEADER, verify
-from service.models import Delivery, StatusEvent, TrainingJob, utcnow
-from service.settings import Settings
+from service.core.models import Delivery, StatusEvent, TrainingJob, utcnow
+from service.core.settings import Settings
+from service.training import jobs
 from tests.conftest import TenantHandle, empty_redis_db, migrated_database, redis_test_url
 from tests.service.helpers import nlc_files
 from tests.webhook_receiver import Receiver, running_receiver

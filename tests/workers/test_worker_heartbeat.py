@@ -18,9 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.app import create_app
-from service.models import JobEvent
-from service.settings import Settings
-from service.worker_registry import WorkerInfo, WorkerRegistry
+from service.core.models import JobEvent
+from service.core.settings import Settings
+from service.training.worker_registry import WorkerInfo, WorkerRegistry
 from tests.conftest import empty_redis_db, migrated_database, redis_test_url
 from tests.ops.conftest import log_in
 from tests.processes import alive, command_line, descendants

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from benchmarks.chaos import ExternalRedis
-from service.settings import Settings
-from service.worker_registry import WorkerInfo, WorkerRegistry, connect
+from service.core.settings import Settings
+from service.training.worker_registry import WorkerInfo, WorkerRegistry, connect
 from tests.conftest import empty_redis_db, redis_test_url
 from workers.heartbeat import TTL_BEATS, Heartbeat, describe, worker_identity
 

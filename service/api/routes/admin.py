@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import Depends, Query
 from sqlalchemy.orm import Session
 
-from service import quotas, tenancy
 from service.api.deps import (
     AdminDep,
     InvalidationsDep,
@@ -29,8 +28,9 @@ from service.api.schemas import (
     TenantList,
     TenantQuotas,
 )
-from service.models import utcnow
-from service.settings import Settings
+from service.core.models import utcnow
+from service.core.settings import Settings
+from service.tenants import accounts, quotas
 
 MAX_TENANTS_PER_PAGE = 1000
 
@@ -42,12 +42,12 @@ def create_tenant(
     _: AdminDep, body: TenantCreate, session: SessionDep, settings: SettingsDep
 ) -> TenantCreated:
     """Create a tenant; the reply carries its first API key, shown only this once."""
-    issued = tenancy.create_tenant(session, body.name, max_name_chars=settings.max_name_chars, now=utcnow())
+    issued = accounts.create_tenant(session, body.name, max_name_chars=settings.max_name_chars, now=utcnow())
     return TenantCreated(
         tenant_id=issued.tenant_id,
         key_id=issued.key_id,
         api_key=issued.api_key,
-        name=tenancy.tenant_name(body.name),
+        name=accounts.tenant_name(body.name),
     )
 
 
@@ -64,9 +64,9 @@ def list_tenants(
     """The tenants, oldest first, a page at a time, each with its keys (secrets never shown).
     Every tenant in one reply was megabytes with thousands of tenants, and the CLI read it
     before every admin command to tell an admin key from a tenant's."""
-    found = tenancy.find_tenants(session, name=name, page=page, per_page=per_page)
+    found = accounts.find_tenants(session, name=name, page=page, per_page=per_page)
     return TenantList(
-        tenants=[TenantInfo.build(t, keys) for t, keys in tenancy.with_keys(session, found.tenants)],
+        tenants=[TenantInfo.build(t, keys) for t, keys in accounts.with_keys(session, found.tenants)],
         total=found.total,
         page=page,
         per_page=per_page,
@@ -91,7 +91,7 @@ def rotate_key(
 ) -> KeyIssued:
     """Issue a new key; with ``revoke_others`` every older key stops working at once."""
     revoke = body.revoke_others if body else False
-    issued = tenancy.rotate_key(session, tenant_id, revoke_others=revoke, now=utcnow())
+    issued = accounts.rotate_key(session, tenant_id, revoke_others=revoke, now=utcnow())
     if revoke:
         invalidations.announce(tenant_id)
     return KeyIssued(tenant_id=issued.tenant_id, key_id=issued.key_id, api_key=issued.api_key)
@@ -102,7 +102,7 @@ def revoke_key(
     _: AdminDep, tenant_id: str, key_id: str, session: SessionDep, invalidations: InvalidationsDep
 ) -> dict[str, object]:
     """Revoke one key; requests with it fail from now on."""
-    tenancy.revoke_key(session, tenant_id, key_id, now=utcnow())
+    accounts.revoke_key(session, tenant_id, key_id, now=utcnow())
     invalidations.announce(tenant_id)
     return {}
 
@@ -129,7 +129,7 @@ def set_quotas(
 
 
 def _quotas_view(session: Session, settings: Settings, tenant_id: str) -> TenantQuotas:
-    tenancy.require_tenant(session, tenant_id)
+    accounts.require_tenant(session, tenant_id)
     return TenantQuotas.model_validate(
         {
             "tenant_id": tenant_id,

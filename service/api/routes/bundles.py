@@ -13,15 +13,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from service import bundles
 from service.api.deps import ClassifierDep, SessionDep, SettingsDep, StoreDep, TenantDep, without_db_slot
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import ClassifierInfo
 from service.api.uploads import RAW_BODY, Upload, read_upload
-from service.errors import BadRequest, unavailable
-from service.models import Classifier, ClassifierVersion, utcnow
-from service.store import ArtifactStore
+from service.catalogue import bundles
+from service.core.errors import BadRequest, unavailable
+from service.core.models import Classifier, ClassifierVersion, utcnow
+from service.storage.store import ArtifactStore
 
 router = Router(prefix="/v1/classifiers", tags=["bundles"])
 BUNDLE_MEDIA_TYPE = "application/gzip"

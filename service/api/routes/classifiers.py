@@ -7,7 +7,6 @@ from functools import lru_cache, partial
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from service import classifiers, jobs, status_events
 from service.api import intake
 from service.api.deps import (
     ClassifierDep,
@@ -30,7 +29,9 @@ from service.api.schemas import (
     TrainingEvents,
 )
 from service.api.uploads import Upload, is_training_json, read_json, read_upload
-from service.models import utcnow
+from service.catalogue import classifiers
+from service.core.models import utcnow
+from service.training import jobs, status_events
 
 router = Router(prefix="/v1/classifiers", tags=["classifiers"])
 

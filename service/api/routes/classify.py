@@ -13,7 +13,6 @@ from typing import Annotated
 from fastapi import Query, Request, Response
 from pydantic_core import to_json
 
-from service import serving
 from service.api.deps import ServingDep, ServingTarget, charge_classify
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
@@ -23,8 +22,9 @@ from service.api.schemas import (
     ClassifyCollectionInput,
     ClassifyInput,
 )
-from service.errors import BadRequest
-from service.settings import Settings
+from service.core.errors import BadRequest
+from service.core.settings import Settings
+from service.serving import classifying
 
 _JSON = "application/json"
 # NLC v1 answered with at most ten classes, the most confident first (its SDK's models say "up
@@ -65,17 +65,21 @@ def texts_of(body: ClassifyBody, settings: Settings) -> list[str]:
     """The texts a classify or classify_collection body asks about, checked by NLC's rules
     (BadRequest naming the field)."""
     if isinstance(body, ClassifyInput):
-        return serving.check_texts([body.text], fields=["text"], max_chars=settings.max_classify_chars)
+        return classifying.check_texts([body.text], fields=["text"], max_chars=settings.max_classify_chars)
     limit = settings.max_collection
     if not 1 <= len(body.collection) <= limit:
         raise BadRequest("collection", f"must hold 1 to {limit} texts (max_collection)")
     texts = [item.text for item in body.collection]
     fields = [f"collection.{i}.text" for i in range(len(texts))]
-    return serving.check_texts(texts, fields=fields, max_chars=settings.max_classify_chars)
+    return classifying.check_texts(texts, fields=fields, max_chars=settings.max_classify_chars)
 
 
 def reply_json(
-    request: Request, classifier_id: str, body: ClassifyBody, texts: list[str], classified: serving.Classified
+    request: Request,
+    classifier_id: str,
+    body: ClassifyBody,
+    texts: list[str],
+    classified: classifying.Classified,
 ) -> bytes:
     """The reply to ``body``, :class:`Classification` or :class:`ClassificationCollection`
     (shared with :mod:`service.api.fast_classify`). Written directly: it is built from the
@@ -96,10 +100,10 @@ def reply_json(
 
 async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -> Response:
     texts = texts_of(body, target.settings)
-    units = serving.charge_units(texts)
+    units = classifying.charge_units(texts)
     if units > 1:  # the dependency charged one unit
         await charge_classify(request.app.state, target.lookup, units - 1)
-    classified = await serving.classify(
+    classified = await classifying.classify(
         target.models,
         target.store,
         target.lookup.tenant_id,
@@ -110,7 +114,7 @@ async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -
     return Response(reply_json(request, target.classifier.id, body, texts, classified), media_type=_JSON)
 
 
-def _result(text: str, scores: serving.Scores, labels: list[str] | None) -> dict[str, object]:
+def _result(text: str, scores: classifying.Scores, labels: list[str] | None) -> dict[str, object]:
     """One text's :class:`service.api.schemas.CollectionResult`: its ``CLASSES_SHOWN`` most
     confident classes; a multi-label model's adds the classes it predicts, ``labels``."""
     result: dict[str, object] = {

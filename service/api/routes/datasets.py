@@ -5,13 +5,13 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from service import datasets
 from service.api import intake
 from service.api.deps import DatasetDep, SessionDep, SettingsDep, StoreDep, TenantDep, without_db_slot
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import DatasetInfo, DatasetList
 from service.api.uploads import Upload, read_upload
+from service.catalogue import datasets
 
 router = Router(prefix="/v1/datasets", tags=["datasets"])
 

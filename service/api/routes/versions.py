@@ -10,7 +10,6 @@ from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from service import bundles, jobs, versions
 from service.api import intake
 from service.api.deps import (
     ClassifierDep,
@@ -26,7 +25,9 @@ from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import VersionFromDataset, VersionInfo, VersionList
 from service.api.uploads import Upload, is_training_json, read_json, read_upload
-from service.models import Classifier, ClassifierVersion, utcnow
+from service.catalogue import bundles, versions
+from service.core.models import Classifier, ClassifierVersion, utcnow
+from service.training import jobs
 
 router = Router(prefix="/v1/classifiers/{classifier_id}/versions", tags=["versions"])
 VersionNumber = Path(ge=1, le=2**31 - 1, description="The version number: 1, 2, …")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from service import webhooks
 from service.api.deps import SessionDep, TenantDep
 from service.api.routing import Router
 from service.api.schemas import WebhookSecret
+from service.webhooks import delivery
 
 router = Router(prefix="/v1/webhook_secret", tags=["webhooks"])
 
@@ -19,4 +19,4 @@ def get_secret(tenant: TenantDep) -> WebhookSecret:
 @router.post("", response_model=WebhookSecret)
 def rotate_secret(tenant: TenantDep, session: SessionDep) -> WebhookSecret:
     """Replace the secret; every delivery attempt from now on is signed with the new one."""
-    return WebhookSecret(secret=webhooks.rotate_secret(session, tenant.id))
+    return WebhookSecret(secret=delivery.rotate_secret(session, tenant.id))

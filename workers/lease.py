@@ -25,7 +25,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from service.training.jobs import JobLease, renew_lease
+from service.training.jobs import JobLease
+from service.training.leases import renew_lease
 
 log = logging.getLogger(__name__)
 

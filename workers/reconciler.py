@@ -41,14 +41,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.core.db import make_engine, session_factory
 from service.core.settings import Settings, get_settings
 from service.storage.store import ArtifactStore
-from service.training.jobs import (
-    BackOff,
-    expired_jobs,
-    jobs_to_send,
-    mark_enqueued,
-    next_not_before,
-    requeue_expired,
-)
+from service.training.job_views import expired_jobs, jobs_to_send, next_not_before
+from service.training.jobs import BackOff, mark_enqueued, requeue_expired
 from service.training.queue import TRAINING_QUEUE, enqueue_training
 from workers.unrecorded import sweep_unrecorded
 

@@ -51,14 +51,12 @@ from service.serving.invalidation import announce
 from service.storage.base import StoreUnavailable
 from service.storage.store import ArtifactStore, read_fetched
 from service.training import history
-from service.training.jobs import (
-    BackOff,
-    JobContext,
-    JobLease,
+from service.training.job_views import JobContext, job_context
+from service.training.jobs import BackOff, JobLease
+from service.training.leases import (
     claim_job,
     fail_job,
     finish_job,
-    job_context,
     record_checkpoint,
     record_progress,
     record_resumed,

@@ -22,7 +22,7 @@ from service.core.models import (
     WebhookAttempt,
     timestamp,
 )
-from service.training import jobs
+from service.training import job_views
 from service.training.status_events import event_json
 
 PROGRESS_FIELDS = (
@@ -172,8 +172,8 @@ def _progress(job: TrainingJob | None) -> dict[str, Any] | None:
         return None
     reported = job.progress or {}
     progress: dict[str, Any] = {name: reported.get(name) for name in PROGRESS_FIELDS}
-    progress["phase"] = jobs.shown_phase(job)
-    progress["eta_seconds"] = jobs.eta_seconds(job)
+    progress["phase"] = job_views.shown_phase(job)
+    progress["eta_seconds"] = job_views.eta_seconds(job)
     progress["state"] = job.state
     progress["attempts"] = job.attempts
     progress["failures"] = job.failures

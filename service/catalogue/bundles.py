@@ -33,12 +33,11 @@ from service.core.models import (
     ClassifierStatus,
     ClassifierVersion,
     TrainedModel,
-    new_id,
 )
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore, read_fetched
 from service.tenants import quotas
-from service.training import jobs, status_events
+from service.training import status
 from trainer.bundle import BundleInvalid, extract_bundle, write_bundle
 from trainer.errors import CheckpointCorrupt
 from trainer.inference import LoadedModel
@@ -116,21 +115,15 @@ def stage_import(
         if (problem := class_names_problem(loaded.labels, Limits.from_settings(settings))) is not None:
             raise BadRequest(BUNDLE_FIELD, f"model.json: {problem}")
         about = extracted.about
-        classifier = Classifier(
-            id=new_id(),
+        classifier = status.imported_classifier(
             tenant_id=tenant_id,
             name=check_nlc_name(
                 about.get("name", "") if name is None else name, "name", settings.max_name_chars
             ),
             language=check_language(about.get("language", "en") if language is None else language),
-            status=ClassifierStatus.AVAILABLE.value,
-            status_description=jobs.AVAILABLE_DESCRIPTION,
+            mode=ClassifierMode.MULTI_LABEL if loaded.multi_label else ClassifierMode.SINGLE_LABEL,
             metrics=extracted.meta.get("metrics"),
-            mode=(ClassifierMode.MULTI_LABEL if loaded.multi_label else ClassifierMode.SINGLE_LABEL).value,
-            serving_version=1,
-            latest_version=1,
-            created_at=now,
-            updated_at=now,
+            now=now,
         )
         try:
             classifier.model_dir = _store_model(store, classifier, staging)
@@ -174,19 +167,5 @@ def _store_model(store: ArtifactStore, classifier: Classifier, staging: Path) ->
 
 def _add(session: Session, classifier: Classifier, *, now: datetime) -> None:
     """Commit ``classifier`` and its version 1 (its model already stored), and its event."""
-    session.add(classifier)
-    version = ClassifierVersion(
-        classifier_id=classifier.id,
-        tenant_id=classifier.tenant_id,
-        number=1,
-        status=classifier.status,
-        status_description=classifier.status_description,
-        model_dir=classifier.model_dir,
-        metrics=classifier.metrics,
-        created_at=now,
-        updated_at=now,
-    )
-    session.add(version)
-    session.flush()
-    status_events.record_created(session, version, callback_url=None, now=now)
+    status.add_imported(session, classifier, now=now)
     session.commit()

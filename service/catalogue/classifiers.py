@@ -15,7 +15,6 @@ from service.core.errors import BadRequest, Conflict, NotFound
 from service.core.models import (
     Classifier,
     ClassifierMode,
-    ClassifierStatus,
     Dataset,
     JobEvent,
     Promote,
@@ -25,7 +24,7 @@ from service.core.settings import Settings
 from service.core.text import unprintable
 from service.storage.store import ArtifactStore
 from service.tenants import quotas
-from service.training import jobs, status_events
+from service.training import job_views, jobs, locks, status, status_events
 from service.training.queue import wake_worker
 from service.webhooks import delivery
 
@@ -76,20 +75,9 @@ def create_classifier(
     """
     with undone_on_failure(session, store, source):
         keep_dataset(session, source)
-        classifier = Classifier(
-            tenant_id=tenant_id,
-            name=name,
-            language=language,
-            status=ClassifierStatus.TRAINING.value,
-            status_description=jobs.TRAINING_DESCRIPTION,
-            latest_version=1,
-            promote=promote.value,
-            mode=mode.value,
-            created_at=now,
-            updated_at=now,
+        classifier = status.add_classifier(
+            session, tenant_id=tenant_id, name=name, language=language, promote=promote, mode=mode, now=now
         )
-        session.add(classifier)
-        session.flush()
         job, dataset = versions.add_training(
             session, store, classifier, number=1, source=source, now=now, callback_url=callback_url
         )
@@ -135,8 +123,8 @@ def delete_classifier(
     delete its files and send the events. The classifier's delivered events go with it.
     NotFound when a concurrent delete removed it first (that one records the events).
     ``notify`` False records and sends no event (its tenant is being deleted)."""
-    jobs.lock_existing_classifier(session, classifier.id)
-    shown = jobs.shown_job(session, classifier)
+    locks.lock_existing_classifier(session, classifier.id)
+    shown = job_views.shown_job(session, classifier)
     jobs.cancel_jobs(session, classifier.id, now=now)
     owned = versions.owned_datasets(session, classifier.id)
     hooks = (
@@ -179,7 +167,7 @@ def cancel_training(session: Session, settings: Settings, classifier: Classifier
     checkpoint for :func:`resume_training`. Conflict when it is not queued or training."""
     if not jobs.cancel_job(session, classifier.id, now=now):
         raise Conflict(f"classifier '{classifier.id}' is not training (status {classifier.status})")
-    jobs.reread(session, classifier)
+    locks.reread(session, classifier)
     delivery.send_new_events(session, settings, classifier.id)
 
 
@@ -192,14 +180,14 @@ def resume_training(session: Session, settings: Settings, classifier: Classifier
     job stays queued for the reconciler.
     """
     no_resume = Conflict(f"classifier '{classifier.id}' has no cancelled training to resume")
-    cancelled = jobs.cancelled_jobs(session, classifier.id)
+    cancelled = job_views.cancelled_jobs(session, classifier.id)
     if not cancelled:
         raise no_resume
     quotas.check_can_resume(session, settings, classifier.tenant_id, len(cancelled))
     job_ids = jobs.resume_jobs(session, classifier.id, cancelled, now=now)
     if not job_ids:  # resumed or deleted meanwhile
         raise no_resume
-    jobs.reread(session, classifier)
+    locks.reread(session, classifier)
     for job_id in job_ids:
         wake_worker(settings, job_id)
     delivery.send_new_events(session, settings, classifier.id)
@@ -207,4 +195,4 @@ def resume_training(session: Session, settings: Settings, classifier: Classifier
 
 def training_events(session: Session, classifier: Classifier) -> list[JobEvent]:
     """The timeline of the classifier's training jobs, oldest first."""
-    return jobs.job_events(session, classifier.id)
+    return job_views.job_events(session, classifier.id)

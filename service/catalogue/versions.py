@@ -3,7 +3,7 @@
 
 Each version has its own dataset, training job, model folder and metrics
 (``ClassifierVersion``); the classifier row holds the NLC view of the serving version
-(:mod:`service.training.version_view`), so NLC clients, which know nothing of versions, see the promoted
+(:mod:`service.training.status`), so NLC clients, which know nothing of versions, see the promoted
 model throughout, and classify never waits for a retrain. Every change here locks the classifier
 row first (the job state machine takes the same lock), so a promote, a delete and a version
 finishing its training are serialised on PostgreSQL; SQLite has one writer at a time.
@@ -39,7 +39,7 @@ from service.core.models import (
 )
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore
-from service.training import jobs, status_events, version_view
+from service.training import job_views, jobs, locks, status, status_events
 from service.training.queue import wake_worker
 from service.webhooks import delivery
 
@@ -98,7 +98,7 @@ def create_version(
     is kept."""
     with undone_on_failure(session, store, source):
         keep_dataset(session, source)
-        jobs.lock_existing_classifier(session, classifier.id)
+        locks.lock_existing_classifier(session, classifier.id)
         numbered = session.execute(
             update(Classifier)
             .where(Classifier.id == classifier.id)
@@ -116,21 +116,10 @@ def create_version(
             callback_url=callback_url,
         )
         if numbered.serving_version is None:
-            session.execute(
-                update(Classifier)
-                .where(Classifier.id == classifier.id)
-                .values(
-                    status=ClassifierStatus.TRAINING.value,
-                    status_description=jobs.TRAINING_DESCRIPTION,
-                    model_dir=None,
-                    metrics=None,
-                    dataset_id=dataset.id,
-                )
-                .execution_options(synchronize_session=False)
-            )
+            status.show_training(session, classifier.id, dataset_id=dataset.id)
         session.commit()
     start_training(session, settings, job)
-    jobs.reread(session, classifier)
+    locks.reread(session, classifier)
     return get_version(session, classifier, numbered.latest_version)
 
 
@@ -197,7 +186,7 @@ def promote(
     )
     if dataset_id is not None:  # before the classifier's lock: the order every transaction keeps
         keep_dataset_if_there(session, dataset_id)
-    jobs.lock_existing_classifier(session, classifier.id)
+    locks.lock_existing_classifier(session, classifier.id)
     session.refresh(classifier)
     version = get_version(session, classifier, number)  # its dataset id is still that one, or None
     if version.status != ClassifierStatus.AVAILABLE.value or not version.model_dir:
@@ -206,37 +195,12 @@ def promote(
             f"version {number} of classifier '{classifier.id}' is {version.status}; "
             "only an Available version can serve"
         )
-    replaced = classifier.serving_version
-    if replaced == number:
+    if classifier.serving_version == number:
         session.rollback()
         return classifier
-    session.execute(
-        update(Classifier)
-        .where(Classifier.id == classifier.id)
-        .values(
-            serving_version=number,
-            status=version.status,
-            status_description=version.status_description,
-            model_dir=version.model_dir,
-            metrics=version.metrics,
-            dataset_id=version.dataset_id,
-            updated_at=now,
-        )
-        .execution_options(synchronize_session=False)
-    )
-    if replaced is not None:
-        job = jobs.version_job(session, classifier.id, number)
-        status_events.record_promoted(
-            session,
-            tenant_id=classifier.tenant_id,
-            classifier_id=classifier.id,
-            version=number,
-            replaced=replaced,
-            callback_url=None if job is None else job.callback_url,
-            now=now,
-        )
+    status.serve(session, classifier, version, now=now)
     session.commit()
-    jobs.reread(session, classifier)
+    locks.reread(session, classifier)
     delivery.send_new_events(session, settings, classifier.id)
     return classifier
 
@@ -255,10 +219,10 @@ def delete_version(
     record the deletion's status event, then delete its files and send the event. NotFound;
     Conflict for the serving version (promote another one first) and, while none serves, for
     the newest (delete the classifier instead)."""
-    jobs.lock_existing_classifier(session, classifier.id)
+    locks.lock_existing_classifier(session, classifier.id)
     session.refresh(classifier)
     version = get_version(session, classifier, number)
-    if version_view.shows(classifier.serving_version, classifier.latest_version, number):
+    if status.shows(classifier.serving_version, classifier.latest_version, number):
         session.rollback()
         if classifier.serving_version == number:
             raise Conflict(
@@ -269,7 +233,7 @@ def delete_version(
             f"version {number} is the newest version of classifier '{classifier.id}' and none "
             "serves yet; delete the classifier instead"
         )
-    job = jobs.version_job(session, classifier.id, number)
+    job = job_views.version_job(session, classifier.id, number)
     model_dir = version.model_dir
     jobs.cancel_version_jobs(session, classifier.id, number, now=now)
     status_events.record_deleted(

@@ -75,7 +75,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 class JobState(enum.StrEnum):
-    """Where a training job is in its life; only ``service.training.jobs`` moves it."""
+    """Where a training job is in its life; only ``service.training.jobs`` and
+    ``service.training.leases`` move it."""
 
     QUEUED = "queued"
     TRAINING = "training"
@@ -200,8 +201,8 @@ class TrainedModel:
 class Classifier(TrainedModel, Base):
     """An NLC classifier, and the NLC view of it: ``status``, ``model_dir``, ``metrics`` and
     ``dataset_id`` are those of its serving version (``serving_version``) or, while none serves
-    yet, of its newest one. ``service.catalogue.versions`` and ``service.training.jobs`` write the view in the
-    transaction that changes the version it shows, so classify reads one row."""
+    yet, of its newest one. ``service.training.status`` writes the view in the transaction that
+    changes the version it shows, so classify reads one row."""
 
     __tablename__ = "classifiers"
 

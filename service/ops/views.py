@@ -19,7 +19,7 @@ from service.ops import observe
 from service.tenants import accounts, quotas
 from service.tenants.accounts import page_count
 from service.training.history import HISTORY_KEY
-from service.training.jobs import eta_seconds, shown_phase
+from service.training.job_views import eta_seconds, shown_phase
 from service.training.worker_registry import WorkerRegistry
 
 PAGE_SIZE = 25

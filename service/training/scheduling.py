@@ -2,9 +2,9 @@
 
 A wake-up message says "a slot is free", not "run this job": the worker that receives it calls
 :func:`reserve_fair_job`, which picks with :func:`next_fair_job` and sets the pick aside for
-itself with ``jobs.reserve_job`` (a compare-and-set); the worker then claims it as usual with
-``jobs.claim_job``. When another worker reserved or claimed the pick first, it picks again.
-The choice, among the jobs ``jobs.claimable`` admits (queued, back-off over, not reserved by
+itself with ``leases.reserve_job`` (a compare-and-set); the worker then claims it as usual with
+``leases.claim_job``. When another worker reserved or claimed the pick first, it picks again.
+The choice, among the jobs ``job_views.claimable`` admits (queued, back-off over, not reserved by
 another worker):
 
 1. prefer the tenant holding the fewest slots now (jobs training under a live lease, or
@@ -28,7 +28,8 @@ from sqlalchemy import ColumnElement, ScalarSelect, Subquery, and_, func, select
 from sqlalchemy.orm import Session, aliased
 
 from service.core.models import JobState, TrainingJob
-from service.training.jobs import claimable, reserve_job
+from service.training.job_views import claimable
+from service.training.leases import reserve_job
 
 _HOLDING = (JobState.QUEUED.value, JobState.TRAINING.value)
 

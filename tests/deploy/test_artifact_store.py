@@ -20,7 +20,7 @@ from service.storage import layout
 from service.storage.base import ArtifactBackend, StoreUnavailable
 from service.storage.s3 import S3ArtifactStore, parse_s3_url
 from service.storage.store import ArtifactStore, open_backend
-from service.training.jobs import JobContext
+from service.training.job_views import JobContext
 from workers import training_run
 
 

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from service.core.models import TrainingJob, utcnow
 from service.core.settings import Settings
-from service.training import history, jobs
+from service.training import history, leases
 from service.training.worker_registry import WorkerInfo, WorkerRegistry, connect
 from tests.conftest import ADMIN_KEY, REPO_ROOT, TenantHandle
 from tests.e2e.conftest import embedded_platform, intents_nlc, platform_factory  # noqa: F401  (fixtures)
@@ -97,15 +97,15 @@ def finished_job(client: TestClient, tenant: TenantHandle, session: Session) -> 
     classifier_id = created.json()["classifier_id"]
     job_id = session.scalar(select(TrainingJob.id).where(TrainingJob.classifier_id == classifier_id))
     assert job_id is not None
-    lease = jobs.claim_job(session, job_id, WORKER, now=utcnow(), lease=timedelta(seconds=60))
+    lease = leases.claim_job(session, job_id, WORKER, now=utcnow(), lease=timedelta(seconds=60))
     assert lease is not None
     series: list[dict[str, Any]] = []
     for step in (0, 400, 800):
         report = _progress(step).as_dict()
         series = history.with_point(series, report, at=time.time() + step / 400)
-        assert jobs.record_progress(session, lease, {**report, history.HISTORY_KEY: series}, now=utcnow())
-    assert jobs.record_checkpoint(session, lease, path="ckpt", step=800, now=utcnow())
-    assert jobs.finish_job(
+        assert leases.record_progress(session, lease, {**report, history.HISTORY_KEY: series}, now=utcnow())
+    assert leases.record_checkpoint(session, lease, path="ckpt", step=800, now=utcnow())
+    assert leases.finish_job(
         session, lease, model_dir="model", metrics=METRICS, now=utcnow(), applied_updates=800
     )
     return FinishedJob(job_id, classifier_id, tenant)

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from service.core.models import TrainingJob, utcnow
 from service.storage.store import ArtifactStore
-from service.training import jobs
+from service.training import leases
 from trainer.data import LabelledData
 from trainer.engine import train
 from trainer.hparams import DEFAULT_HPARAMS
@@ -86,11 +86,11 @@ def make_available(
         )
     )
     assert job_id is not None
-    lease = jobs.claim_job(session, job_id, "test-worker", now=utcnow(), lease=timedelta(seconds=60))
+    lease = leases.claim_job(session, job_id, "test-worker", now=utcnow(), lease=timedelta(seconds=60))
     assert lease is not None
     model_dir = store.model_dir(tenant_id, classifier_id, version) / f"epoch-{lease.epoch}"
     shutil.copytree(model, model_dir)
-    assert jobs.finish_job(
+    assert leases.finish_job(
         session,
         lease,
         model_dir=store.relative(model_dir),

@@ -19,7 +19,7 @@ from benchmarks.chaos import free_port
 from service.app import create_app
 from service.core.models import Dataset, JobEvent, JobState, TrainingJob, utcnow
 from service.core.settings import Settings
-from service.training import jobs
+from service.training import leases
 from tests.service.helpers import nlc_files, store_dataset
 
 NLC_CLASSIFIER_KEYS = {"classifier_id", "name", "language", "created", "url", "status", "status_description"}
@@ -105,9 +105,9 @@ def test_a_cancelled_training_reports_no_eta(
 ) -> None:
     classifier_id = create_classifier(tenant).json()["classifier_id"]
     job_id = session.scalar(select(TrainingJob.id).where(TrainingJob.classifier_id == classifier_id))
-    lease = jobs.claim_job(session, job_id, "w1", now=utcnow(), lease=timedelta(seconds=60))
+    lease = leases.claim_job(session, job_id, "w1", now=utcnow(), lease=timedelta(seconds=60))
     assert lease is not None
-    assert jobs.record_progress(
+    assert leases.record_progress(
         session, lease, {"phase": "training", "step": 5, "eta_seconds": 12.0}, now=utcnow()
     )
     url = f"/v1/classifiers/{classifier_id}"

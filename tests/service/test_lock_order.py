@@ -32,7 +32,7 @@ from service.core.models import (
     utcnow,
 )
 from service.storage.store import ArtifactStore
-from service.training import jobs
+from service.training import jobs, leases
 from tests.conftest import TenantHandle
 from tests.service.helpers import NLC_CSV, make_available, store_dataset
 
@@ -88,7 +88,7 @@ def serving_with_v2_training(
             select(TrainingJob.id).where(TrainingJob.classifier_id == cid, TrainingJob.version == 2)
         )
         assert job_id is not None
-        lease = jobs.claim_job(session, job_id, "worker", now=utcnow(), lease=timedelta(seconds=60))
+        lease = leases.claim_job(session, job_id, "worker", now=utcnow(), lease=timedelta(seconds=60))
         assert lease is not None
         return cid, lease
 
@@ -107,7 +107,7 @@ def test_deleting_a_version_while_its_job_ends_neither_deadlocks_nor_fails(
 
     def finish(lease: jobs.JobLease) -> bool:
         with sessions() as worker:
-            return jobs.finish_job(worker, lease, model_dir="m", metrics={}, now=utcnow())
+            return leases.finish_job(worker, lease, model_dir="m", metrics={}, now=utcnow())
 
     def cancel(cid: str) -> int:
         return client.post(f"/v1/classifiers/{cid}/cancel", headers=tenant.headers).status_code

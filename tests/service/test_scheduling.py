@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.core.db import make_engine, session_factory
 from service.core.models import Classifier, Tenant, utcnow
 from service.core.settings import Settings
-from service.training import jobs
+from service.training import job_views, jobs, leases
 from service.training.jobs import BackOff, JobLease
 from service.training.scheduling import next_fair_job, reserve_fair_job, should_yield
 from tests.conftest import migrated_database
@@ -76,7 +76,7 @@ def _queue(session: Session, tenant: str, count: int, at: datetime) -> list[str]
 def _take(session: Session, now: datetime, worker: str = "w") -> JobLease | None:
     """What a worker does with a wake-up message: reserve the fairest job, then claim it."""
     job_id = reserve_fair_job(session, worker, now=now, hold=LEASE)
-    return None if job_id is None else jobs.claim_job(session, job_id, worker, now=now, lease=LEASE)
+    return None if job_id is None else leases.claim_job(session, job_id, worker, now=now, lease=LEASE)
 
 
 def _owner(session: Session, lease: JobLease) -> str:
@@ -94,7 +94,7 @@ def test_a_single_job_starts_at_the_first_free_slot_behind_a_backlog_of_50(db: S
     # when the first slot frees (one job duration later), B is next
     first = slots[0]
     assert first is not None
-    jobs.finish_job(db, first, model_dir="m", metrics={}, now=t0 + timedelta(seconds=10))
+    leases.finish_job(db, first, model_dir="m", metrics={}, now=t0 + timedelta(seconds=10))
     nxt = _take(db, t0 + timedelta(seconds=10))
 
     assert nxt is not None and _owner(db, nxt) == "B"
@@ -112,7 +112,7 @@ def test_simulated_waits_with_two_slots_and_unit_jobs(db: Session) -> None:
     for tick in range(60):
         now = t0 + timedelta(seconds=tick + 1)
         for lease, began in [r for r in running if r[1] + 1 <= tick]:
-            jobs.finish_job(db, lease, model_dir="m", metrics={}, now=now)
+            leases.finish_job(db, lease, model_dir="m", metrics={}, now=now)
             running.remove((lease, began))
         while len(running) < 2 and (lease := _take(db, now)) is not None:
             running.append((lease, tick))
@@ -126,8 +126,8 @@ def test_expired_leases_hold_no_slot_and_their_jobs_wait_for_the_reconciler(db: 
     t0 = utcnow()
     [b1, b2] = _queue(db, "B", 2, t0)
     [a1, a2] = _queue(db, "A", 2, t0)
-    assert jobs.claim_job(db, b1, "wb", now=t0, lease=timedelta(minutes=10)) is not None
-    assert jobs.claim_job(db, a1, "wa", now=t0 + timedelta(seconds=1), lease=LEASE) is not None
+    assert leases.claim_job(db, b1, "wb", now=t0, lease=timedelta(minutes=10)) is not None
+    assert leases.claim_job(db, a1, "wa", now=t0 + timedelta(seconds=1), lease=LEASE) is not None
     assert next_fair_job(db, now=t0 + timedelta(seconds=2)) == b2  # one slot each: B started first
 
     later = t0 + LEASE + timedelta(seconds=2)  # a1's worker died: its lease expired
@@ -143,13 +143,13 @@ def test_a_reserved_job_is_claimed_only_by_its_reserver_until_the_hold_lapses(db
     [a1] = _queue(db, "A", 1, t0)
     assert reserve_fair_job(db, "w1", now=t0, hold=timedelta(seconds=5)) == a1
     assert reserve_fair_job(db, "w2", now=t0, hold=LEASE) is None  # nothing else to take
-    assert jobs.claim_job(db, a1, "w2", now=t0, lease=LEASE) is None  # a stray message for a1
-    assert jobs.jobs_to_send(db, now=t0 + timedelta(hours=1), grace=timedelta(0), in_queue=[]) == [a1]
+    assert leases.claim_job(db, a1, "w2", now=t0, lease=LEASE) is None  # a stray message for a1
+    assert job_views.jobs_to_send(db, now=t0 + timedelta(hours=1), grace=timedelta(0), in_queue=[]) == [a1]
 
     lapsed = t0 + timedelta(seconds=6)  # w1 died between its reservation and its claim
     assert reserve_fair_job(db, "w2", now=lapsed, hold=LEASE) == a1
-    lease = jobs.claim_job(db, a1, "w2", now=lapsed, lease=LEASE)
-    assert lease is not None and jobs.claim_job(db, a1, "w1", now=lapsed, lease=LEASE) is None
+    lease = leases.claim_job(db, a1, "w2", now=lapsed, lease=LEASE)
+    assert lease is not None and leases.claim_job(db, a1, "w1", now=lapsed, lease=LEASE) is None
 
 
 def test_cancel_clears_a_reservation(db: Session) -> None:
@@ -160,7 +160,7 @@ def test_cancel_clears_a_reservation(db: Session) -> None:
         text("SELECT classifier_id FROM training_jobs WHERE id = :j"), {"j": a1}
     ).scalar_one()
     assert jobs.cancel_job(db, classifier_id, now=t0)
-    assert jobs.claim_job(db, a1, "w1", now=t0, lease=LEASE) is None
+    assert leases.claim_job(db, a1, "w1", now=t0, lease=LEASE) is None
     assert jobs.resume_jobs(db, classifier_id, [a1], now=t0) == [a1]
     assert reserve_fair_job(db, "w2", now=t0, hold=LEASE) == a1  # resumed: free for anyone
 
@@ -176,7 +176,7 @@ def test_racing_workers_reserve_every_job_exactly_once(sessions: sessionmaker[Se
         with sessions() as session:
             start.wait()
             while (job_id := reserve_fair_job(session, name, now=t0, hold=LEASE)) is not None:
-                assert jobs.claim_job(session, job_id, name, now=t0, lease=LEASE) is not None
+                assert leases.claim_job(session, job_id, name, now=t0, lease=LEASE) is not None
                 taken.append((name, job_id))
 
     threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
@@ -219,7 +219,7 @@ def test_every_tenants_first_job_starts_in_its_turn_and_every_job_runs_once(
     for tick in range(sum(backlogs) + 1):
         now = t0 + timedelta(seconds=tick + 1)
         for lease in running:
-            assert jobs.finish_job(db, lease, model_dir="m", metrics={}, now=now)
+            assert leases.finish_job(db, lease, model_dir="m", metrics={}, now=now)
         running = []
         while len(running) < slots and (lease := _take(db, now, f"w{len(running)}")) is not None:
             running.append(lease)
@@ -241,26 +241,28 @@ def test_a_message_spent_on_another_job_covers_the_job_it_named(db: Session) -> 
 
     later, grace = t0 + timedelta(minutes=1), timedelta(seconds=10)
     # b1's message still waits and stands for a2, whose own message was spent on b1
-    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[a3, b1]) == []
-    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[b1, b1]) == []
+    assert job_views.jobs_to_send(db, now=later, grace=grace, in_queue=[a3, b1]) == []
+    assert job_views.jobs_to_send(db, now=later, grace=grace, in_queue=[b1, b1]) == []
     # messages lost with Redis: re-sent for the jobs left uncovered (spares cover the oldest)
-    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[b1]) == [a3]
-    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[a3]) == [a2]
-    assert jobs.jobs_to_send(db, now=later, grace=grace, in_queue=[]) == [a2, a3]
+    assert job_views.jobs_to_send(db, now=later, grace=grace, in_queue=[b1]) == [a3]
+    assert job_views.jobs_to_send(db, now=later, grace=grace, in_queue=[a3]) == [a2]
+    assert job_views.jobs_to_send(db, now=later, grace=grace, in_queue=[]) == [a2, a3]
 
 
 def _training(session: Session, tenant: str, count: int, at: datetime) -> list[JobLease]:
     """``count`` jobs of ``tenant`` claimed by workers of their own, one second apart."""
-    leases = []
+    held = []
     for i, job_id in enumerate(_queue(session, tenant, count, at)):
-        lease = jobs.claim_job(session, job_id, f"{tenant}-w{i}", now=at + timedelta(seconds=i), lease=LEASE)
+        lease = leases.claim_job(
+            session, job_id, f"{tenant}-w{i}", now=at + timedelta(seconds=i), lease=LEASE
+        )
         assert lease is not None
-        leases.append(lease)
-    return leases
+        held.append(lease)
+    return held
 
 
-def _yields(db: Session, *leases: JobLease | None, now: datetime) -> tuple[bool, ...]:
-    return tuple(lease is not None and should_yield(db, lease.job_id, now=now) for lease in leases)
+def _yields(db: Session, *held: JobLease | None, now: datetime) -> tuple[bool, ...]:
+    return tuple(lease is not None and should_yield(db, lease.job_id, now=now) for lease in held)
 
 
 def test_a_tenant_holding_every_slot_yields_its_newest_to_a_tenant_that_waits(db: Session) -> None:
@@ -271,7 +273,7 @@ def test_a_tenant_holding_every_slot_yields_its_newest_to_a_tenant_that_waits(db
     [waiting] = _queue(db, "B", 1, now)
     assert _yields(db, older, newest, now=now) == (False, True)  # A's newest gives way
 
-    assert jobs.release_job(db, newest, now=now, why="to a tenant holding fewer slots")
+    assert leases.release_job(db, newest, now=now, why="to a tenant holding fewer slots")
     taken = _take(db, now)
     assert taken is not None and taken.job_id == waiting  # the freed slot goes to B
     # one slot each now: nobody yields, whoever waits
@@ -286,7 +288,7 @@ def test_nothing_yields_with_one_slot_or_a_reserved_waiter(db: Session) -> None:
     [b_job] = _queue(db, "B", 1, now)
     assert not should_yield(db, only.job_id, now=now)  # one slot: B waits for it to end
     [newest] = _training(db, "A", 1, now)
-    assert jobs.reserve_job(db, b_job, "w-b", now=now, hold=LEASE)  # a free worker took B's job
+    assert leases.reserve_job(db, b_job, "w-b", now=now, hold=LEASE)  # a free worker took B's job
     assert not should_yield(db, newest.job_id, now=now)  # B holds a slot already: 1 against 2
 
 
@@ -315,7 +317,7 @@ def test_an_older_job_does_not_yield_on_a_count_made_before_the_newest_one_yield
             fired.set()
             with sessions() as other:
                 why = "to a tenant holding fewer slots"
-                released.append(jobs.release_job(other, newest, now=now, why=why))
+                released.append(leases.release_job(other, newest, now=now, why=why))
 
     engine = db.get_bind()
     event.listen(engine, "after_cursor_execute", release_between_statements)

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.core.models import ClassifierStatus, Delivery, StatusEvent, TrainingJob, utcnow
-from service.training import jobs, status_events
+from service.training import jobs, leases, status_events
 from tests.conftest import TenantHandle
 from tests.service.helpers import nlc_files
 
@@ -61,7 +61,7 @@ def _changes(session: Session, classifier_id: str) -> list[tuple[str, str]]:
 
 
 def _claim(session: Session, job_id: str, at: datetime) -> jobs.JobLease:
-    lease = jobs.claim_job(session, job_id, "w1", now=at, lease=LEASE)
+    lease = leases.claim_job(session, job_id, "w1", now=at, lease=LEASE)
     assert lease is not None
     return lease
 
@@ -71,9 +71,9 @@ def test_create_claim_and_finish_record_one_event_per_status_change(
 ) -> None:
     classifier_id, job_id = created()
     lease = _claim(session, job_id, utcnow())
-    assert jobs.record_progress(session, lease, {"step": 1}, now=utcnow())
+    assert leases.record_progress(session, lease, {"step": 1}, now=utcnow())
 
-    assert jobs.finish_job(session, lease, model_dir="m", metrics={}, now=utcnow())
+    assert leases.finish_job(session, lease, model_dir="m", metrics={}, now=utcnow())
 
     assert _changes(session, classifier_id) == [(NON_EXISTENT, TRAINING), (TRAINING, AVAILABLE)]
 
@@ -119,14 +119,15 @@ def test_a_worker_failure_records_failed_but_a_retry_records_nothing(
 
     first = _claim(session, retried_job, utcnow())
     assert (
-        jobs.retry_job(session, first, reason="oom", max_attempts=2, backoff=BACKOFF, now=utcnow()) == "retry"
+        leases.retry_job(session, first, reason="oom", max_attempts=2, backoff=BACKOFF, now=utcnow())
+        == "retry"
     )
     second = _claim(session, retried_job, utcnow())
     assert (
-        jobs.retry_job(session, second, reason="oom", max_attempts=2, backoff=BACKOFF, now=utcnow())
+        leases.retry_job(session, second, reason="oom", max_attempts=2, backoff=BACKOFF, now=utcnow())
         == "failed"
     )
-    assert jobs.fail_job(session, _claim(session, failed_job, utcnow()), reason="bad data", now=utcnow())
+    assert leases.fail_job(session, _claim(session, failed_job, utcnow()), reason="bad data", now=utcnow())
 
     for classifier_id in (retried, failed):
         assert _changes(session, classifier_id) == [(NON_EXISTENT, TRAINING), (TRAINING, FAILED)]
@@ -153,8 +154,8 @@ def test_a_lost_compare_and_set_records_no_event(
     stale = _claim(session, job_id, start)
     assert jobs.requeue_expired(session, job_id, max_attempts=3, backoff=BACKOFF, now=start + 2 * LEASE)
 
-    assert not jobs.finish_job(session, stale, model_dir="m", metrics={}, now=utcnow())
-    assert not jobs.fail_job(session, stale, reason="late", now=utcnow())
+    assert not leases.finish_job(session, stale, model_dir="m", metrics={}, now=utcnow())
+    assert not leases.fail_job(session, stale, reason="late", now=utcnow())
     assert jobs.resume_jobs(session, classifier_id, [job_id], now=utcnow()) == []
 
     assert _changes(session, classifier_id) == [(NON_EXISTENT, TRAINING)]

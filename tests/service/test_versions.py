@@ -21,7 +21,7 @@ from service.catalogue import classifiers, versions
 from service.core.models import Classifier, ClassifierVersion, Dataset, JobState, TrainingJob, utcnow
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore
-from service.training import jobs
+from service.training import job_views
 from tests.conftest import ADMIN_KEY, TenantHandle
 from tests.service.helpers import NLC_CSV, make_available, nlc_files
 
@@ -569,7 +569,7 @@ def test_every_version_trains_in_its_classifiers_mode(
         for job_id in session.scalars(
             select(TrainingJob.id).where(TrainingJob.classifier_id == classifier_id)
         ):
-            context = jobs.job_context(session, job_id)
+            context = job_views.job_context(session, job_id)
             assert context is not None and context.multi_label is multi_label
 
 

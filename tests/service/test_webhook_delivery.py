@@ -27,7 +27,7 @@ from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, verify
 from service.core.db import session_factory
 from service.core.models import Delivery, StatusEvent, TrainingJob, utcnow
 from service.core.settings import Settings
-from service.training import jobs
+from service.training import leases
 from service.training.queue import WEBHOOK_QUEUE
 from service.webhooks import delivery, slots
 from tests.conftest import TenantHandle, empty_redis_db, redis_test_url
@@ -593,9 +593,9 @@ def test_the_relay_sends_unsent_events_and_resends_only_overdue_ones(
     assert broker.llen(WEBHOOK_QUEUE) == 1
     assert delivery.send_due(session, settings) == []  # sent just now: not overdue
     job = session.scalars(select(TrainingJob).where(TrainingJob.classifier_id == event.classifier_id)).one()
-    lease = jobs.claim_job(session, job.id, "w", now=utcnow(), lease=timedelta(seconds=60))
+    lease = leases.claim_job(session, job.id, "w", now=utcnow(), lease=timedelta(seconds=60))
     assert lease is not None
-    assert jobs.finish_job(session, lease, model_dir="m", metrics={}, now=utcnow())  # a worker's commit
+    assert leases.finish_job(session, lease, model_dir="m", metrics={}, now=utcnow())  # a worker's commit
     finished = session.scalars(
         select(StatusEvent).where(
             StatusEvent.classifier_id == event.classifier_id, StatusEvent.id != event.id

@@ -35,7 +35,7 @@ from service.core.models import Classifier, TrainingJob
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore
 from service.tenants.accounts import create_tenant
-from service.training.jobs import version_job
+from service.training.job_views import version_job
 
 _INTENTS = {
     "weather": ["will it rain in {}", "weather forecast for {}", "how warm is it in {} today"],

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from service.core.models import ClassifierStatus, JobEvent, JobState
 from service.core.settings import Settings
-from service.training.jobs import claim_job
+from service.training.leases import claim_job
 from tests.conftest import migrated_database
 from workers.training_run import JobInterrupted, run_training_job
 

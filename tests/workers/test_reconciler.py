@@ -17,7 +17,7 @@ from service.core.db import make_engine, session_factory
 from service.core.models import Classifier, ClassifierStatus, ClassifierVersion, JobState, TrainingJob
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore
-from service.training.jobs import claim_job
+from service.training.leases import claim_job
 from tests.conftest import empty_redis_db, redis_test_url
 from workers.reconciler import queued_job_ids, reconcile_once
 from workers.unrecorded import sweep_unrecorded

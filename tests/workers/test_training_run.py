@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 from service.core.models import ClassifierStatus, JobEvent, JobState
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore
-from service.training.jobs import BackOff, claim_job, requeue_expired
+from service.training.jobs import BackOff, requeue_expired
+from service.training.leases import claim_job
 from trainer.checkpoint import load_verified
 from trainer.errors import NonFiniteLoss, TrainerError
 from trainer.inference import LoadedModel

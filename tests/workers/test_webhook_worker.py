@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from service.client.webhooks import SIGNATURE_HEADER, verify
 from service.core.models import Delivery, StatusEvent, TrainingJob, utcnow
 from service.core.settings import Settings
-from service.training import jobs
+from service.training import leases
 from tests.conftest import TenantHandle, empty_redis_db, migrated_database, redis_test_url
 from tests.service.helpers import nlc_files
 from tests.webhook_receiver import Receiver, running_receiver
@@ -131,9 +131,9 @@ def test_a_receiver_down_at_first_gets_each_status_change_once_signed(
         assert client.post(f"{base}/cancel", headers=tenant.headers).status_code == 200
         assert client.post(f"{base}/resume", headers=tenant.headers).status_code == 200
         job_id = session.scalar(select(TrainingJob.id).where(TrainingJob.classifier_id == classifier_id))
-        lease = jobs.claim_job(session, str(job_id), "w", now=utcnow(), lease=timedelta(seconds=60))
+        lease = leases.claim_job(session, str(job_id), "w", now=utcnow(), lease=timedelta(seconds=60))
         assert lease is not None
-        assert jobs.finish_job(session, lease, model_dir="m", metrics={}, now=utcnow())
+        assert leases.finish_job(session, lease, model_dir="m", metrics={}, now=utcnow())
         # then
         wait_until(
             lambda: _pending(session) == 0,

@@ -31,7 +31,7 @@ from service.api.schemas import (
 from service.api.uploads import Upload, is_training_json, read_json, read_upload
 from service.catalogue import classifiers
 from service.core.models import utcnow
-from service.training import jobs, status_events
+from service.training import job_views, status_events
 
 router = Router(prefix="/v1/classifiers", tags=["classifiers"])
 
@@ -78,7 +78,7 @@ async def create_classifier(
         )
         create = partial(intake.classifier_from_upload, upload)
     classifier = await run_in_threadpool(create, session, store, settings, tenant.id)
-    return ClassifierInfo.build_info(classifier, jobs.shown_job(session, classifier), base_url(request))
+    return ClassifierInfo.build_info(classifier, job_views.shown_job(session, classifier), base_url(request))
 
 
 @router.get("", response_model=ClassifierList)
@@ -91,7 +91,7 @@ def list_classifiers(request: Request, tenant: TenantDep, session: SessionDep) -
 @router.get("/{classifier_id}", response_model=ClassifierInfo)
 def get_classifier(request: Request, classifier: ClassifierDep, session: SessionDep) -> ClassifierInfo:
     """Status, training progress and (once Available) evaluation metrics."""
-    return ClassifierInfo.build_info(classifier, jobs.shown_job(session, classifier), base_url(request))
+    return ClassifierInfo.build_info(classifier, job_views.shown_job(session, classifier), base_url(request))
 
 
 @router.delete("/{classifier_id}")
@@ -117,7 +117,7 @@ def cancel_training(
 ) -> ClassifierInfo:
     """Stop the training within seconds and keep its last checkpoint (extension); 409 if not training."""
     classifiers.cancel_training(session, settings, classifier, now=utcnow())
-    return ClassifierInfo.build_info(classifier, jobs.shown_job(session, classifier), base_url(request))
+    return ClassifierInfo.build_info(classifier, job_views.shown_job(session, classifier), base_url(request))
 
 
 @router.post("/{classifier_id}/resume", response_model=ClassifierInfo)
@@ -126,7 +126,7 @@ def resume_training(
 ) -> ClassifierInfo:
     """Continue a cancelled training from its last checkpoint (extension); 409 if not cancelled."""
     classifiers.resume_training(session, settings, classifier, now=utcnow())
-    return ClassifierInfo.build_info(classifier, jobs.shown_job(session, classifier), base_url(request))
+    return ClassifierInfo.build_info(classifier, job_views.shown_job(session, classifier), base_url(request))
 
 
 @router.get("/{classifier_id}/events", response_model=TrainingEvents)

@@ -27,7 +27,7 @@ from service.api.schemas import VersionFromDataset, VersionInfo, VersionList
 from service.api.uploads import Upload, is_training_json, read_json, read_upload
 from service.catalogue import bundles, versions
 from service.core.models import Classifier, ClassifierVersion, utcnow
-from service.training import jobs
+from service.training import job_views
 
 router = Router(prefix="/v1/classifiers/{classifier_id}/versions", tags=["versions"])
 VersionNumber = Path(ge=1, le=2**31 - 1, description="The version number: 1, 2, …")
@@ -35,7 +35,7 @@ VersionNumber = Path(ge=1, le=2**31 - 1, description="The version number: 1, 2, 
 
 def _info(request: Request, session: Session, classifier: Classifier, number: int) -> VersionInfo:
     view = versions.read_versions(session, classifier, number)
-    job = jobs.version_job(session, classifier.id, number)
+    job = job_views.version_job(session, classifier.id, number)
     return VersionInfo.build(view.versions[0], view.serving_version, job, base_url(request))
 
 

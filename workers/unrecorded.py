@@ -34,12 +34,17 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.core.models import Classifier, ClassifierVersion, Dataset, JobState, Tenant, TrainingJob
+from service.core.models import (
+    MAY_TRAIN_STATES,
+    Classifier,
+    ClassifierVersion,
+    Dataset,
+    Tenant,
+    TrainingJob,
+)
 from service.storage.store import ArtifactStore
 
 log = logging.getLogger(__name__)
-# A job in these states may still train in its checkpoint folder (a cancelled one on a resume).
-_RESUMABLE = (JobState.QUEUED.value, JobState.TRAINING.value, JobState.CANCELLED.value)
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,7 @@ def _recorded(session: Session, store: ArtifactStore, tenant_id: str) -> _Record
         checkpoints=set(
             session.scalars(
                 select(TrainingJob.checkpoint_dir).where(
-                    TrainingJob.tenant_id == tenant_id, TrainingJob.state.in_(_RESUMABLE)
+                    TrainingJob.tenant_id == tenant_id, TrainingJob.state.in_(MAY_TRAIN_STATES)
                 )
             )
         ),

@@ -23,7 +23,14 @@ from sqlalchemy.orm import Session
 from service.catalogue.training_data import InputFormat, Limits, Summary, convert
 from service.core.db import hold_write_lock
 from service.core.errors import BadRequest, Conflict, NotFound, unavailable
-from service.core.models import ClassifierVersion, Dataset, DatasetOrigin, JobState, TrainingJob, new_id
+from service.core.models import (
+    MAY_TRAIN_STATES,
+    ClassifierVersion,
+    Dataset,
+    DatasetOrigin,
+    TrainingJob,
+    new_id,
+)
 from service.core.text import unprintable
 from service.storage.store import ArtifactStore
 from service.tenants.accounts import well_formed_id
@@ -154,9 +161,6 @@ def list_datasets(session: Session, tenant_id: str) -> list[Dataset]:
     )
 
 
-_MAY_TRAIN = (JobState.QUEUED.value, JobState.TRAINING.value, JobState.CANCELLED.value)
-
-
 def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
     """The tenant's dataset; NotFound if unknown or another tenant's."""
     if not well_formed_id(dataset_id):
@@ -227,7 +231,7 @@ def delete_dataset(session: Session, store: ArtifactStore, dataset: Dataset) -> 
                 TrainingJob.version == ClassifierVersion.number,
             ),
         )
-        .where(ClassifierVersion.dataset_id == dataset_id, TrainingJob.state.in_(_MAY_TRAIN))
+        .where(ClassifierVersion.dataset_id == dataset_id, TrainingJob.state.in_(MAY_TRAIN_STATES))
         .limit(1)
     )
     if in_use is not None:

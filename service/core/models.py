@@ -85,6 +85,14 @@ class JobState(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+# A job in these states is active: it holds a training slot or waits for one (the fair
+# dispatcher's slots, the training_jobs quota), and a cancel or a deletion stops it.
+ACTIVE_STATES = (JobState.QUEUED.value, JobState.TRAINING.value)
+# ... and with CANCELLED, may still train: a resume puts a cancelled job back in the queue, so its
+# dataset and its checkpoint folder are still needed.
+MAY_TRAIN_STATES = (*ACTIVE_STATES, JobState.CANCELLED.value)
+
+
 class ClassifierStatus(enum.StrEnum):
     """NLC v1 classifier status values, exactly as the wire spells them."""
 

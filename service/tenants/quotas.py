@@ -33,11 +33,17 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.core.errors import BadRequest, NotFound, QuotaExceeded, QuotaUsedUp, Unauthorized
-from service.core.models import Classifier, ClassifierVersion, Dataset, JobState, TenantQuota, TrainingJob
+from service.core.models import (
+    ACTIVE_STATES,
+    Classifier,
+    ClassifierVersion,
+    Dataset,
+    TenantQuota,
+    TrainingJob,
+)
 from service.core.settings import Settings
 from service.tenants.accounts import lock_tenant, require_tenant
 
-_ACTIVE_JOBS = (JobState.QUEUED.value, JobState.TRAINING.value)
 _MAX_VALUE = dict.fromkeys(
     ("classifiers", "versions", "training_jobs", "dataset_rows", "datasets", "classify_rps"), 2**31 - 1
 )
@@ -115,7 +121,7 @@ def usage_by_tenant(session: Session, tenant_ids: Collection[str]) -> dict[str, 
 
     classifiers = grouped(func.count(), table=Classifier)
     versions = grouped(func.count(), table=ClassifierVersion)
-    jobs = grouped(func.count(), table=TrainingJob, where=(TrainingJob.state.in_(_ACTIVE_JOBS),))
+    jobs = grouped(func.count(), table=TrainingJob, where=(TrainingJob.state.in_(ACTIVE_STATES),))
     data = grouped(func.sum(Dataset.size_bytes), func.sum(Dataset.rows), func.count(), table=Dataset)
     holders = classifiers.keys() | versions.keys() | jobs.keys() | data.keys()
     return {

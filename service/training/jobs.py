@@ -38,12 +38,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, Update, select, update
 from sqlalchemy.orm import Session
 
-from service.core.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
+from service.core.models import ACTIVE_STATES, Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
 from service.training import status
 from service.training.locks import lock_classifier, lock_classifier_of
-
-_ACTIVE = (JobState.QUEUED.value, JobState.TRAINING.value)
-
 
 LOST_WORKER_REASON = (
     "Training was interrupted {n} times because its worker stopped responding; "
@@ -316,7 +313,7 @@ def _cancel_active(
     only = [] if version is None else [TrainingJob.version == version]
     cancelled = session.execute(
         update(TrainingJob)
-        .where(TrainingJob.classifier_id == classifier_id, TrainingJob.state.in_(_ACTIVE), *only)
+        .where(TrainingJob.classifier_id == classifier_id, TrainingJob.state.in_(ACTIVE_STATES), *only)
         .values(
             state=JobState.CANCELLED.value,
             lease_owner=None,

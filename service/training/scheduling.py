@@ -27,17 +27,15 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, ScalarSelect, Subquery, and_, func, select
 from sqlalchemy.orm import Session, aliased
 
-from service.core.models import JobState, TrainingJob
+from service.core.models import ACTIVE_STATES, JobState, TrainingJob
 from service.training.job_views import claimable
 from service.training.leases import reserve_job
-
-_HOLDING = (JobState.QUEUED.value, JobState.TRAINING.value)
 
 
 def _holding(now: datetime) -> ColumnElement[bool]:
     """A job that holds a slot at ``now``: training under a live lease, or reserved."""
     return and_(
-        TrainingJob.state.in_(_HOLDING),
+        TrainingJob.state.in_(ACTIVE_STATES),
         TrainingJob.lease_owner.is_not(None),
         TrainingJob.lease_expires_at >= now,
     )

@@ -46,7 +46,7 @@ import httpx
 from fastapi import FastAPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from service.cli.commands import uvicorn_argv  # noqa: E402
+from service.cli.supervisor import uvicorn_argv  # noqa: E402
 from service.core.settings import get_settings  # noqa: E402
 from service.tenants.accounts import new_admin_key  # noqa: E402
 

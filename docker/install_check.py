@@ -154,7 +154,7 @@ def replay(dockerfile: Path, root: Path, *, timeout: float = 900.0) -> dict[str,
         [
             str(venv / "bin" / "python"),
             "-c",
-            "from service.cli import _MIGRATIONS; assert (_MIGRATIONS / 'env.py').is_file(), _MIGRATIONS",
+            "from service.cli.migrations import MIGRATIONS as m; assert (m / 'env.py').is_file(), m",
         ],
     ]
     for check in checks:

@@ -1,6 +1,8 @@
 """The ``taas`` command: the platform's own commands (``commands``: ``up``, ``api``, ``worker``,
-``webhooks``, ``reconcile``, ``migrate``) with the client commands of ``service.client`` mounted
-beside them. This module is the console script's entry point, and stays light:
+``webhooks``, ``reconcile``, ``migrate``), the supervisor of ``taas up``'s children
+(``supervisor``), the checks a server makes before it starts (``preflight``, ``migrations``) and
+its one-line errors (``output``), with the client commands of ``service.client`` mounted beside
+them. This module is the console script's entry point, and stays light:
 
 Loading the CLI takes a second or so of imports (SQLAlchemy, Alembic, httpx, Typer); a Ctrl-C
 then raised KeyboardInterrupt in whatever module was loading and printed its traceback. Here it

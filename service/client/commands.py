@@ -1,5 +1,6 @@
-"""The client commands of ``taas``: log in, upload, train (with a live progress bar), classify,
-manage classifiers and their versions and, with the admin key, tenants.
+"""The client commands of ``taas``: log in, upload, train (with a live progress bar,
+:mod:`service.client.follow`), classify, manage classifiers and their versions and, with the
+admin key, tenants (:mod:`service.client.admin`).
 
 Every command prints a readable table or line, or with ``--json`` the server's JSON reply for
 scripts (classify and the listings: a JSON list of their results or items); any failure is one
@@ -9,53 +10,37 @@ line on stderr (``error: ...``) and exit status 1.
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import re
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
 from service.client import config, offline
+from service.client.admin import tenants
 from service.client.api import Api, ClientError, segments
+from service.client.follow import progress_line, settle
+from service.client.terminal import (
+    JSON_LIST_OPTION,
+    JSON_OPTION,
+    logged_in_api,
+    new_table,
+    one_line_errors,
+    out,
+    print_json,
+)
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-JSON_OPTION = typer.Option(False, "--json", help="Print the server's JSON reply (for scripts).")
-# classify and the listings print a list the client builds: classify's has one result per text
-# (online or offline, where there is no server), a listing's every item (docs/cli.md)
-JSON_LIST_OPTION = typer.Option(False, "--json", help="Print a JSON list instead of a table (for scripts).")
-POLL_SECONDS = 1.0
-# How long --wait keeps asking a platform that does not answer: `taas up` restarted on the same
-# data dir takes about 20 s, and the training goes on after it.
-UNREACHABLE_SECONDS = 120.0
-# What --wait asks again through: no answer at all (None), or a proxy's or an overloaded
-# platform's "not now" (a reverse proxy before a restarting `taas up`; no database slot free)
-PASSING_TROUBLE = frozenset({None, 502, 503, 504})
-ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # end states (classifier, version), exit codes
 SNIFF_BYTES = 64 * 1024  # what _is_labelled reads of a training file
 
-# soft_wrap: a line is printed whole (a failure is one line on stderr, however long); tables
-# still fit the terminal
-# markup=False: names and texts are the users' and printed as written ("[/x]" was a MarkupError
-# after the server had acted, a new tenant's key never shown)
-out = Console(soft_wrap=True, markup=False)
-err = Console(stderr=True, soft_wrap=True, markup=False)
 datasets = typer.Typer(no_args_is_help=True, help="Labelled training data stored on the platform.")
 classifiers = typer.Typer(
     no_args_is_help=True,
     help="Your classifiers: list, show, delete, cancel training; retrain, promote, roll back.",
 )
-tenants = typer.Typer(no_args_is_help=True, help="Tenants and their keys (admin key only).")
 
 
 def register(cli: typer.Typer) -> None:
@@ -66,27 +51,6 @@ def register(cli: typer.Typer) -> None:
     cli.add_typer(datasets, name="datasets")
     cli.add_typer(classifiers, name="classifiers")
     cli.add_typer(tenants, name="tenants")
-
-
-def _one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(command)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return command(*args, **kwargs)
-        except ClientError as error:
-            typer.echo(f"error: {error}", err=True)
-            raise typer.Exit(1) from None
-
-    return run
-
-
-def _api() -> Api:
-    login = config.load()
-    return Api(login.url, login.key)
-
-
-def _print_json(value: object) -> None:
-    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 def _key_from_stdin() -> str:
@@ -102,7 +66,7 @@ def _key_from_stdin() -> str:
     return key
 
 
-@_one_line_errors
+@one_line_errors
 def login(
     url: str = typer.Argument(..., help="The platform's URL, e.g. http://127.0.0.1:8000."),
     key: str | None = typer.Argument(
@@ -120,7 +84,7 @@ def login(
 
 
 @datasets.command("upload")
-@_one_line_errors
+@one_line_errors
 def upload_dataset(
     file: Path = typer.Argument(..., help="CSV with a text,label header, or JSON Lines."),
     name: str | None = typer.Option(
@@ -129,39 +93,39 @@ def upload_dataset(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Store a labelled file as a dataset that classifiers can train on."""
-    with _api() as api:
+    with logged_in_api() as api:
         dataset = api.upload_dataset(file, name or file.stem)
     if as_json:
-        return _print_json(dataset)
+        return print_json(dataset)
     out.print(f"dataset {dataset['dataset_id']}: {dataset['rows']} rows, {dataset['classes']} classes")
 
 
 @datasets.command("list")
-@_one_line_errors
+@one_line_errors
 def list_datasets(as_json: bool = JSON_LIST_OPTION) -> None:
     """Your stored datasets (the data of an NLC create is its classifier's, not listed)."""
-    with _api() as api:
+    with logged_in_api() as api:
         found = api.call("GET", "/v1/datasets")["datasets"]
     if as_json:
-        return _print_json(found)
-    table = _table("id", "name", "rows", "classes", "created")
+        return print_json(found)
+    table = new_table("id", "name", "rows", "classes", "created")
     for d in found:
         table.add_row(d["dataset_id"], d["name"], str(d["rows"]), str(d["classes"]), d["created"])
     out.print(table)
 
 
 @datasets.command("delete")
-@_one_line_errors
+@one_line_errors
 def delete_dataset(dataset_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION) -> None:
     """Delete a dataset (refused while a classifier may still train on it)."""
-    with _api() as api:
+    with logged_in_api() as api:
         reply = api.call("DELETE", segments("datasets", dataset_id))
     if as_json:
-        return _print_json(reply)
+        return print_json(reply)
     out.print(f"deleted dataset {dataset_id}")
 
 
-@_one_line_errors
+@one_line_errors
 def train(
     file: Path = typer.Argument(
         ..., help="Training data: CSV with a text,label header, JSON Lines, or NLC CSV."
@@ -177,7 +141,7 @@ def train(
     if not name.strip():
         raise ClientError("--name must not be blank")
     labelled = _is_labelled(file)
-    with _api() as api:
+    with logged_in_api() as api:
         if labelled:
             body = {"name": name, "language": language}
             created = _train_on_upload(api, file, name, "/v1/classifiers", body)
@@ -187,10 +151,10 @@ def train(
         if not as_json:
             out.print(f"classifier {created['classifier_id']} ({name}) is training")
         path = segments("classifiers", created["classifier_id"])
-        _settle(api, path, created, f"classifier {created['classifier_id']}", wait=wait, as_json=as_json)
+        settle(api, path, created, f"classifier {created['classifier_id']}", wait=wait, as_json=as_json)
 
 
-@_one_line_errors
+@one_line_errors
 def classify(
     classifier_id: str = typer.Argument(..., metavar="ID|BUNDLE", help="A classifier id, or a bundle file."),
     texts: list[str] = typer.Argument(..., metavar="TEXT...", help="One or more texts."),
@@ -206,7 +170,7 @@ def classify(
     else:
         results = _classify_online(classifier_id, texts)
     if as_json:
-        return _print_json(results)
+        return print_json(results)
     out.print(results_table(results))
 
 
@@ -214,7 +178,7 @@ def results_table(results: list[dict[str, Any]]) -> Table:
     """classify's table: each text's top class and confidence, and for a multi-label model the
     classes it predicts (its results' ``labels``)."""
     multi_label = any("labels" in result for result in results)
-    table = _table("text", "top class", "confidence", *(["labels"] if multi_label else []))
+    table = new_table("text", "top class", "confidence", *(["labels"] if multi_label else []))
     for result in results:
         labels = [", ".join(result["labels"])] if multi_label else []
         table.add_row(
@@ -227,7 +191,7 @@ def _classify_online(classifier_id: str, texts: list[str]) -> list[dict[str, Any
     # classify_collection even for one text: every result then has its items' shape (classify's
     # reply adds classifier_id and url)
     collection = [{"text": text} for text in texts]
-    with _api() as api:
+    with logged_in_api() as api:
         path = segments("classifiers", classifier_id, "classify_collection")
         try:
             return list(api.call("POST", path, json={"collection": collection})["collection"])
@@ -237,15 +201,15 @@ def _classify_online(classifier_id: str, texts: list[str]) -> list[dict[str, Any
 
 
 @classifiers.command("list")
-@_one_line_errors
+@one_line_errors
 def list_classifiers(as_json: bool = JSON_LIST_OPTION) -> None:
     """Your classifiers, with their status."""
-    with _api() as api:
+    with logged_in_api() as api:
         listed = api.call("GET", "/v1/classifiers")["classifiers"]
         found = [c for c in (_still_there(api, c["classifier_id"]) for c in listed) if c is not None]
     if as_json:
-        return _print_json(found)
-    table = _table("id", "name", "status", "created")
+        return print_json(found)
+    table = new_table("id", "name", "status", "created")
     for c in found:
         table.add_row(c["classifier_id"], c["name"], c["status"], c["created"])
     out.print(table)
@@ -263,15 +227,15 @@ def _still_there(api: Api, classifier_id: str) -> Any:
 
 
 @classifiers.command("show")
-@_one_line_errors
+@one_line_errors
 def show_classifier(
     classifier_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION
 ) -> None:
     """A classifier's status, training progress and (once Available) its metrics."""
-    with _api() as api:
+    with logged_in_api() as api:
         found = api.call("GET", segments("classifiers", classifier_id))
     if as_json:
-        return _print_json(found)
+        return print_json(found)
     progress, metrics = found.get("progress") or {}, found.get("metrics") or {}
     table = Table.grid(padding=(0, 2))
     rows = [
@@ -279,7 +243,7 @@ def show_classifier(
         ("name", found["name"]),
         ("status", f"{found['status']}: {found['status_description']}"),
         ("created", found["created"]),
-        ("training", _progress_line(progress) if progress else None),
+        ("training", progress_line(progress) if progress else None),
         ("accuracy", f"{metrics['accuracy']:.3f}" if "accuracy" in metrics else None),
         ("macro F1", f"{metrics['macro_f1']:.3f}" if "macro_f1" in metrics else None),
     ]
@@ -290,33 +254,33 @@ def show_classifier(
 
 
 @classifiers.command("delete")
-@_one_line_errors
+@one_line_errors
 def delete_classifier(
     classifier_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION
 ) -> None:
     """Delete a classifier, its model and its training data (training stops)."""
-    with _api() as api:
+    with logged_in_api() as api:
         reply = api.call("DELETE", segments("classifiers", classifier_id))
     if as_json:
-        return _print_json(reply)
+        return print_json(reply)
     out.print(f"deleted {classifier_id}")
 
 
 @classifiers.command("cancel")
-@_one_line_errors
+@one_line_errors
 def cancel_classifier(
     classifier_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION
 ) -> None:
     """Stop a training and keep its checkpoint (`taas classifiers resume` continues it)."""
-    with _api() as api:
+    with logged_in_api() as api:
         reply = api.call("POST", segments("classifiers", classifier_id, "cancel"))
     if as_json:
-        return _print_json(reply)
+        return print_json(reply)
     out.print(f"{classifier_id}: {reply['status']}")
 
 
 @classifiers.command("resume")
-@_one_line_errors
+@one_line_errors
 def resume_classifier(
     classifier_id: str = typer.Argument(..., metavar="ID"),
     wait: bool = typer.Option(
@@ -326,24 +290,24 @@ def resume_classifier(
 ) -> None:
     """Continue a cancelled training from its last checkpoint."""
     path = segments("classifiers", classifier_id)
-    with _api() as api:
+    with logged_in_api() as api:
         resumed = api.call("POST", f"{path}/resume")
         if not as_json:
             out.print(f"{classifier_id}: {resumed['status']}")
-        _settle(api, path, resumed, f"classifier {classifier_id}", wait=wait, as_json=as_json)
+        settle(api, path, resumed, f"classifier {classifier_id}", wait=wait, as_json=as_json)
 
 
 @classifiers.command("versions")
-@_one_line_errors
+@one_line_errors
 def list_versions(
     classifier_id: str = typer.Argument(..., metavar="ID"), as_json: bool = JSON_OPTION
 ) -> None:
     """A classifier's versions: status, accuracy, and which one serves."""
-    with _api() as api:
+    with logged_in_api() as api:
         found = api.call("GET", segments("classifiers", classifier_id, "versions"))
     if as_json:
-        return _print_json(found)
-    table = _table("version", "serving", "status", "accuracy", "created")
+        return print_json(found)
+    table = new_table("version", "serving", "status", "accuracy", "created")
     for v in found["versions"]:
         accuracy = (v.get("metrics") or {}).get("accuracy")
         table.add_row(
@@ -357,7 +321,7 @@ def list_versions(
 
 
 @classifiers.command("retrain")
-@_one_line_errors
+@one_line_errors
 def retrain(
     classifier_id: str = typer.Argument(..., metavar="ID"),
     file: Path = typer.Argument(
@@ -370,7 +334,7 @@ def retrain(
 ) -> None:
     """Train the next version of a classifier on FILE; the serving version keeps serving."""
     versions = segments("classifiers", classifier_id, "versions")
-    with _api() as api:
+    with logged_in_api() as api:
         if _is_labelled(file):
             created = _train_on_upload(api, file, file.stem, versions, {})
         else:
@@ -378,97 +342,22 @@ def retrain(
         label = f"version {created['version']} of {classifier_id}"
         if not as_json:
             out.print(f"{label} is training")
-        _settle(api, f"{versions}/{created['version']}", created, label, wait=wait, as_json=as_json)
+        settle(api, f"{versions}/{created['version']}", created, label, wait=wait, as_json=as_json)
 
 
 @classifiers.command("promote")
-@_one_line_errors
+@one_line_errors
 def promote(
     classifier_id: str = typer.Argument(..., metavar="ID"),
     version: int = typer.Argument(..., metavar="N", help="The version to serve (an older one rolls back)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Serve version N of a classifier, on every API replica at once."""
-    with _api() as api:
+    with logged_in_api() as api:
         reply = api.call("POST", segments("classifiers", classifier_id, "versions", version, "promote"))
     if as_json:
-        return _print_json(reply)
+        return print_json(reply)
     out.print(f"{classifier_id}: version {version} serves")
-
-
-@tenants.command("create")
-@_one_line_errors
-def create_tenant(name: str, as_json: bool = JSON_OPTION) -> None:
-    """Create a tenant; its API key is shown only this once."""
-    with _api() as api:
-        created = api.call("POST", "/v1/admin/tenants", json={"name": name})
-    if as_json:
-        return _print_json(created)
-    out.print(f"tenant {created['tenant_id']} ({created['name']})")
-    out.print(f"API key: {created['api_key']}  (shown once; store it now)", markup=False)
-
-
-@tenants.command("list")
-@_one_line_errors
-def list_tenants(
-    name: str = typer.Option("", "--name", help="Only tenants whose name contains this, in any case."),
-    as_json: bool = JSON_LIST_OPTION,
-) -> None:
-    """Every tenant with its keys (prefixes only), oldest first."""
-    with _api() as api:
-        found = api.all_tenants(name)
-    if as_json:
-        return _print_json(found)
-    if not found:  # an empty output read as a command that did nothing
-        empty = f"no tenant's name contains {name!r}" if name else "no tenants"
-        out.print(empty, markup=False, highlight=False)
-    # a block per tenant, not a table: two 36-character ids a row did not fit 80 columns, and
-    # a table cut the key ids that `taas tenants revoke` takes
-    for t in found:
-        out.print(f"{t['tenant_id']}  {t['name']}  (created {t['created']})", markup=False, highlight=False)
-        active = [k for k in t["keys"] if not k["revoked"]]
-        for k in active:
-            out.print(f"  key {k['key_id']}  {k['prefix']}…", markup=False, highlight=False)
-        if not active:
-            out.print("  no active key", highlight=False)
-
-
-@tenants.command("delete")
-@_one_line_errors
-def delete_tenant(
-    tenant_id: str = typer.Argument(..., metavar="TENANT_ID"),
-    yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
-    as_json: bool = JSON_OPTION,
-) -> None:
-    """Delete a tenant and everything it owns: keys, classifiers, datasets. Asks first."""
-    if not yes and not typer.confirm(
-        f"Delete tenant {tenant_id} with every classifier and dataset it owns? This cannot be undone"
-    ):
-        raise ClientError("nothing deleted")
-    with _api() as api:
-        reply = api.call("DELETE", segments("admin", "tenants", tenant_id))
-    if as_json:
-        return _print_json(reply)
-    out.print(
-        f"deleted tenant {tenant_id}: {reply['classifiers']} classifier(s), {reply['datasets']} dataset(s)",
-        markup=False,
-        highlight=False,
-    )
-
-
-@tenants.command("revoke")
-@_one_line_errors
-def revoke_key(
-    tenant_id: str = typer.Argument(..., metavar="TENANT_ID"),
-    key_id: str = typer.Argument(..., metavar="KEY_ID"),
-    as_json: bool = JSON_OPTION,
-) -> None:
-    """Revoke one of a tenant's keys (see `taas tenants list`); requests with it fail at once."""
-    with _api() as api:
-        reply = api.call("DELETE", segments("admin", "tenants", tenant_id, "keys", key_id))
-    if as_json:
-        return _print_json(reply)
-    out.print(f"revoked key {key_id} of tenant {tenant_id}")
 
 
 def _train_on_upload(api: Api, file: Path, name: str, path: str, body: dict[str, str]) -> Any:
@@ -481,14 +370,6 @@ def _train_on_upload(api: Api, file: Path, name: str, path: str, body: dict[str,
     except (ClientError, KeyboardInterrupt):
         api.call("DELETE", segments("datasets", dataset["dataset_id"]))
         raise
-
-
-def _table(*columns: str) -> Table:
-    """A table whose id columns are never shortened: they are what the other commands take."""
-    table = Table()
-    for name in columns:
-        table.add_column(name, no_wrap=name == "id", min_width=36 if name == "id" else None)
-    return table
 
 
 def _is_labelled(file: Path) -> bool:
@@ -517,80 +398,3 @@ def _is_labelled(file: Path) -> bool:
     except csv.Error:  # an unclosed quote: no header; the server names the row
         return False
     return {"text", "label"} <= {cell.strip().lower() for cell in header}
-
-
-def _settle(api: Api, path: str, started: Any, label: str, *, wait: bool, as_json: bool) -> None:
-    """After a training starts (``started``: the API's reply): with ``wait``, follow the
-    classifier or version at ``path`` to its end and exit 1 unless it is Available; with
-    ``as_json``, print its last state."""
-    final = _follow(api, path, show=not as_json) if wait else started
-    if as_json:
-        _print_json(final)
-    if wait:
-        _ended(final, label, quiet=as_json)
-
-
-def _follow(api: Api, path: str, *, show: bool) -> Any:
-    """Poll the classifier or version at ``path`` until it ends, drawing a progress bar when
-    ``show``; its last state."""
-    columns = (
-        TextColumn("{task.description}", style="bold", markup=False),
-        BarColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.fields[detail]}"),
-    )
-    with Progress(*columns, console=err, disable=not show) as bar:
-        task = bar.add_task("queued", total=None, detail="")
-        unreachable_since: float | None = None
-        while True:
-            try:
-                found = api.call("GET", path)
-            except ClientError as error:  # a `taas up` restarted while it was followed ended --wait
-                now = time.monotonic()
-                unreachable_since = now if unreachable_since is None else unreachable_since
-                if error.status not in PASSING_TROUBLE or now - unreachable_since > UNREACHABLE_SECONDS:
-                    raise
-                bar.update(task, detail="the platform does not answer; asking again")
-                time.sleep(POLL_SECONDS)
-                continue
-            unreachable_since = None
-            progress = found.get("progress") or {}
-            total = progress.get("total_steps")
-            bar.update(
-                task,
-                description=str(progress.get("phase") or found["status"]),
-                total=total or None,
-                completed=total if found["status"] == "Available" and total else progress.get("step") or 0,
-                detail=_progress_line(progress),
-            )
-            if found["status"] in ENDED:
-                return found
-            time.sleep(POLL_SECONDS)
-
-
-def _progress_line(progress: dict[str, Any]) -> str:
-    parts = []
-    if progress.get("epoch") is not None:
-        parts.append(f"epoch {progress['epoch']}")
-    if progress.get("step") is not None:
-        parts.append(f"step {progress['step']}/{progress.get('total_steps') or '?'}")
-    if progress.get("loss") is not None:
-        parts.append(f"loss {progress['loss']:.4f}")
-    if progress.get("phase") == "training" and progress.get("eta_seconds") is not None:
-        parts.append(f"ETA {_duration(progress['eta_seconds'])}")
-    return "  ".join(parts)
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-def _ended(final: Any, label: str, *, quiet: bool) -> None:
-    """Exit 1 with the reason unless the classifier or version (``label``) ended Available."""
-    status = final["status"]
-    if ENDED[status]:
-        err.print(f"error: {label} is {status}: {final['status_description']}", markup=False)
-        raise typer.Exit(ENDED[status])
-    if not quiet:
-        out.print(f"{label} is Available")

@@ -10,9 +10,9 @@ from typing import Any
 
 from fastapi import Query, Request, Response
 
+from service.api.admin_schemas import KeyRotate, TenantDeletedInfo
 from service.api.deps import InvalidationsDep, SessionDep, SettingsDep, TenantDeleterDep
 from service.api.routing import Router
-from service.api.schemas import KeyRotate, TenantDeletedInfo
 from service.core.errors import BadRequest
 from service.core.models import JobState, utcnow
 from service.ops import views

@@ -16,7 +16,7 @@ import pytest
 import typer
 from click.testing import Result
 
-from service.client import commands
+from service.client import commands, follow
 from service.client.api import ClientError, segments
 from tests.client.local_server import serving
 from tests.e2e.conftest import Platform
@@ -117,7 +117,7 @@ def test_a_wait_that_ends_cancelled_says_so_in_one_line_however_long(
     description = "Training was cancelled; its last checkpoint is kept. POST /v1/classifiers/x/resume " * 3
 
     with pytest.raises(typer.Exit) as ended:
-        commands._ended(
+        follow.ended(
             {"status": "Unavailable", "status_description": description}, "classifier x", quiet=False
         )
 
@@ -145,10 +145,10 @@ def test_a_wait_rides_out_a_platform_that_restarts(
     """`taas up` restarted on the same data dir while `train --wait` followed a training ended the
     wait with "cannot reach" at the first refused connection, though the training went on (or,
     behind a reverse proxy, at its 502)."""
-    monkeypatch.setattr(commands, "POLL_SECONDS", 0.0)
+    monkeypatch.setattr(follow, "POLL_SECONDS", 0.0)
     restarting = _Restarting(3, ClientError("cannot reach http://127.0.0.1:9: Connection refused", status))
 
-    found = commands._follow(restarting, "/v1/classifiers/x", show=False)  # type: ignore[arg-type]
+    found = follow.follow(restarting, "/v1/classifiers/x", show=False)  # type: ignore[arg-type]
 
     assert found["status"] == "Available" and restarting.calls == 4
 
@@ -157,12 +157,12 @@ def test_a_wait_rides_out_a_platform_that_restarts(
 def test_a_wait_ends_on_an_answered_error_or_a_platform_gone_for_good(
     monkeypatch: pytest.MonkeyPatch, status: int | None
 ) -> None:
-    monkeypatch.setattr(commands, "POLL_SECONDS", 0.0)
-    monkeypatch.setattr(commands, "UNREACHABLE_SECONDS", 0.0)
+    monkeypatch.setattr(follow, "POLL_SECONDS", 0.0)
+    monkeypatch.setattr(follow, "UNREACHABLE_SECONDS", 0.0)
     error = ClientError("gone", status)
 
     with pytest.raises(ClientError) as raised:
-        commands._follow(_Restarting(3, error), "/v1/classifiers/x", show=False)  # type: ignore[arg-type]
+        follow.follow(_Restarting(3, error), "/v1/classifiers/x", show=False)  # type: ignore[arg-type]
 
     assert raised.value is error
 
@@ -290,7 +290,7 @@ def test_the_servers_collection_index_is_told_as_the_text_number(
             pass
 
     with serving(Refuse) as url:
-        monkeypatch.setattr(commands, "_api", lambda: commands.Api(url, "k"))
+        monkeypatch.setattr(commands, "logged_in_api", lambda: commands.Api(url, "k"))
         result = taas("classify", "some-id", "a", "b", "c", "d" * 5000)
 
     assert result.exit_code == 1

@@ -8,16 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Query
 from sqlalchemy.orm import Session
 
-from service.api.deps import (
-    AdminDep,
-    InvalidationsDep,
-    SessionDep,
-    SettingsDep,
-    TenantDeleterDep,
-    refuse_unknown_query,
-)
-from service.api.routing import Router
-from service.api.schemas import (
+from service.api.admin_schemas import (
     KeyIssued,
     KeyRotate,
     QuotaOverrides,
@@ -28,6 +19,15 @@ from service.api.schemas import (
     TenantList,
     TenantQuotas,
 )
+from service.api.deps import (
+    AdminDep,
+    InvalidationsDep,
+    SessionDep,
+    SettingsDep,
+    TenantDeleterDep,
+    refuse_unknown_query,
+)
+from service.api.routing import Router
 from service.core.models import utcnow
 from service.core.settings import Settings
 from service.tenants import accounts, quotas

@@ -60,8 +60,11 @@ from service.storage.store import ArtifactStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PG_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-# The tests use Redis databases 10-15 of the machine's server. Under pytest-xdist (`make test`
-# runs two processes) each worker process takes its own six: gw0 10-15, gw1 4-9.
+# The tests use Redis databases 10-15 of the machine's server (127.0.0.1:6379; TAAS_TEST_REDIS names
+# another, host:port, so that two checkouts' runs on one machine never flush each other's keys).
+# Under pytest-xdist (`make test` runs two processes) each worker process takes its own six: gw0
+# 10-15, gw1 4-9.
+REDIS_SERVER = os.environ.get("TAAS_TEST_REDIS", "127.0.0.1:6379")
 REDIS_DATABASES = 16  # Redis's default
 REDIS_DATABASES_PER_WORKER = 6
 REDIS_WORKERS = REDIS_DATABASES // REDIS_DATABASES_PER_WORKER
@@ -82,7 +85,7 @@ def redis_test_url(db: int) -> str:
     index = int(worker.removeprefix("gw"))
     if index >= REDIS_WORKERS:
         raise _too_many_workers(worker)
-    return f"redis://127.0.0.1:6379/{db - REDIS_DATABASES_PER_WORKER * index}"
+    return f"redis://{REDIS_SERVER}/{db - REDIS_DATABASES_PER_WORKER * index}"
 
 
 REDIS_TEST_URL = redis_test_url(15)
@@ -149,7 +152,7 @@ def empty_redis_db(url: str) -> Iterator[redis.Redis]:
     try:
         client.flushdb()
     except redis.ConnectionError as error:
-        pytest.skip(f"Redis at 127.0.0.1:6379 is unreachable: {error}")
+        pytest.skip(f"Redis at {REDIS_SERVER} is unreachable: {error}")
     try:
         yield client
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import redis_test_url
+from tests.conftest import REDIS_SERVER, redis_test_url
 
 
 @pytest.mark.parametrize(("worker", "first", "last"), [(None, 10, 15), ("gw0", 10, 15), ("gw1", 4, 9)])
@@ -15,7 +15,7 @@ def test_each_worker_has_its_own_range(
         monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     else:
         monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
-    assert [redis_test_url(db) for db in (10, 15)] == [f"redis://127.0.0.1:6379/{db}" for db in (first, last)]
+    assert [redis_test_url(db) for db in (10, 15)] == [f"redis://{REDIS_SERVER}/{db}" for db in (first, last)]
 
 
 def test_a_third_worker_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:

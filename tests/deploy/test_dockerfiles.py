@@ -133,7 +133,7 @@ def test_entrypoint_waits_then_runs_the_command(tmp_path: Path) -> None:
     try:
         redis.Redis.from_url(REDIS_TEST_URL, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
-        pytest.skip(f"Redis at 127.0.0.1:6379 is unreachable: {exc}")
+        pytest.skip(f"Redis at {REDIS_TEST_URL} is unreachable: {exc}")
     env = {
         "TAAS_DATA_DIR": str(tmp_path / "var"),
         "TAAS_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",

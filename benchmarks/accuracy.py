@@ -1,19 +1,25 @@
 """Accuracy, calibration and serving limits of taas against fastText and TF-IDF peers.
 
     python benchmarks/accuracy.py DATASET_DIR... [--json] [--learners K[,K...]] [--seeds N] [--no-peers]
-        [--device cuda]
+        [--device cuda] [--language LANG]
     python benchmarks/accuracy.py --stress [--json]
 
 Each DATASET_DIR holds train.csv and test.csv (header text,label). For each folder this
 trains taas (trainer.train, DEFAULT_HPARAMS, K = 1 in-process unless --learners says
-otherwise) and three peers, then evaluates all of them on test.csv, side by side in one run:
+otherwise) as a classifier of ``--language`` (default en) trains on the platform: on the
+shared sentence encoder where one reads the language (trainer.hparams.encoder_for), its
+train_s counting the encoding; and five peers, then evaluates all of them on test.csv, side by
+side in one run:
 
 * ``fasttext``: fastText's supervised classifier (the ``fasttext-wheel`` bindings) as
   tuned in shared/data/BASELINES.md: 25 epochs, lr 0.5, word bigrams, char 2-5 grams,
   one thread, seed 0, lower-cased text. Skipped with a message on stderr when the
   package is not installed.
 * ``tfidf-logreg`` / ``tfidf-svm``: scikit-learn TF-IDF word 1-2 + char_wb 2-5 grams
-  (sublinear TF) into LogisticRegression(C=10, max_iter=2000) or LinearSVC(C=1).
+  (sublinear TF) into LogisticRegression(C=10, max_iter=2000) or LinearSVC(C=1);
+* ``minilm-logreg`` / ``minilm+tfidf-svm``: the frozen all-MiniLM-L6-v2 embedding alone in
+  that logistic regression, or appended (x 2) to the TF-IDF features in that SVM
+  (benchmarks/linear_peers.py).
 
 With --json it prints one JSON line per dataset and system: dataset, system, correct
 (test rows right), accuracy, macro_f1, f1_without_none (micro-F1 with the reject class
@@ -25,7 +31,9 @@ file for fastText, the pickled pipeline for the TF-IDF peers) and load_s (cold l
 saved model, the import already done); each peer's row also has vs_taas, the paired
 comparison with the (first) taas row on the same test rows: taas_only and peer_only (rows
 only that system gets right) and mcnemar_p (the exact McNemar test's two-sided p-value).
-Without --json, a readable table.
+After the last folder, one row per system with ``"dataset": "pooled"``: its test rows right
+over every folder (``correct`` of ``rows``) and the folders where a peer beats taas with
+McNemar p < 0.05 (``peer_significantly_ahead``). Without --json, a readable table.
 ``--learners 1,2`` trains taas once per K (system ``taas-k1``, ``taas-k2``; the default, one
 K of 1, keeps the system name ``taas``). ``--device cuda`` trains taas on the GPU (K = 1: the
 CUDA graph learner); the peers train on the CPU either way. ``--seeds N`` trains taas N times
@@ -51,22 +59,23 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.stats import binomtest
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import Pipeline, make_pipeline, make_union
-from sklearn.svm import LinearSVC
 
 from trainer import DEFAULT_HPARAMS, LabelledData, LoadedModel, read_labelled_csv, train
+from trainer.encoder import SentenceEncoder, shared_encoder
 from trainer.evaluate import classification_report, expected_calibration_error, micro_f1
+from trainer.hparams import encoder_for
 
-PEERS = ("fasttext", "tfidf-logreg", "tfidf-svm")
+sys.path.insert(0, str(Path(__file__).parent))
+from linear_peers import MINILM_PEERS, run_peer, tfidf_pipeline  # noqa: E402  (a sibling script)
+
+PEERS = ("fasttext", "tfidf-logreg", "tfidf-svm", *MINILM_PEERS)
 NONE_CLASS = "None"  # the reject class of the NLU-Evaluation corpora
 
 
@@ -102,6 +111,7 @@ def _row(
         "dataset": dataset,
         "system": system,
         "correct": sum(right),
+        "rows": len(right),
         "accuracy": round(float(report["accuracy"]), 4),  # type: ignore[arg-type]
         "macro_f1": round(float(report["macro_f1"]), 4),  # type: ignore[arg-type]
         "f1_without_none": f1_without_none(test.labels, predicted),
@@ -150,9 +160,10 @@ def run_taas(
     system: str = "taas",
     device: str = "cpu",
     seed: int = DEFAULT_HPARAMS.seed,
+    encoder: SentenceEncoder | None = None,
 ) -> Measured:
-    """Train (with ``learners`` learners, on ``device``, from ``seed``) and evaluate taas in a
-    temporary directory."""
+    """Train (with ``learners`` learners, on ``device``, from ``seed``, on ``encoder`` if any)
+    and evaluate taas in a temporary directory."""
     hparams = dataclasses.replace(DEFAULT_HPARAMS, seed=seed)
     with tempfile.TemporaryDirectory(prefix="taas-bench-") as tmp:
         model_dir = Path(tmp) / "model"
@@ -164,6 +175,7 @@ def run_taas(
             hparams=hparams,
             learners=learners,
             device=device,
+            encoder=encoder,
         )
         train_s = time.perf_counter() - started
         model_bytes = sum(p.stat().st_size for p in model_dir.iterdir())
@@ -224,14 +236,12 @@ def run_fasttext(dataset: str, train_data: LabelledData, test: LabelledData) -> 
         )
 
 
-def tfidf_pipeline(system: str) -> Pipeline:
-    """The unfitted TF-IDF peer 'tfidf-logreg' or 'tfidf-svm'."""
-    features = make_union(
-        TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
-        TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True),
-    )
-    linear = LogisticRegression(C=10, max_iter=2000) if system == "tfidf-logreg" else LinearSVC(C=1)
-    return make_pipeline(features, linear)
+def run_minilm(
+    dataset: str, system: str, train_data: LabelledData, test: LabelledData, encoder: SentenceEncoder
+) -> Measured:
+    """Train and evaluate one frozen-encoder peer ('minilm-logreg' or 'minilm+tfidf-svm')."""
+    predicted, confidence, train_s, model_bytes, load_s = run_peer(system, train_data, test, encoder)
+    return _row(dataset, system, test, predicted, confidence, train_s, model_bytes, load_s)
 
 
 def run_tfidf(dataset: str, system: str, train_data: LabelledData, test: LabelledData) -> Measured:
@@ -257,14 +267,26 @@ def benchmark(
     peers: bool = True,
     device: str = "cpu",
     seeds: int = 1,
+    language: str = "en",
 ) -> list[dict[str, object]]:
     """One result row per system (and per K and seed for taas) for the dataset in ``folder``;
     the peers are paired with the first taas row."""
     train_data = read_labelled_csv(folder / "train.csv")
     test = read_labelled_csv(folder / "test.csv")
     dataset = dataset_name(folder)
+    spec = encoder_for(language)
+    encoder = shared_encoder(spec.name) if spec is not None else None
     measured = [
-        run_taas(dataset, train_data, test, k, _taas_system(k, learners, i), device, DEFAULT_HPARAMS.seed + i)
+        run_taas(
+            dataset,
+            train_data,
+            test,
+            k,
+            _taas_system(k, learners, i),
+            device,
+            DEFAULT_HPARAMS.seed + i,
+            encoder,
+        )
         for k in learners
         for i in range(seeds)
     ]
@@ -272,7 +294,9 @@ def benchmark(
     if peers:
         fasttext_result = run_fasttext(dataset, train_data, test)
         measured += [fasttext_result] if fasttext_result is not None else []
-        measured += [run_tfidf(dataset, system, train_data, test) for system in PEERS[1:]]
+        measured += [run_tfidf(dataset, system, train_data, test) for system in ("tfidf-logreg", "tfidf-svm")]
+        minilm = encoder or shared_encoder("all-MiniLM-L6-v2")  # the peers read English either way
+        measured += [run_minilm(dataset, system, train_data, test, minilm) for system in MINILM_PEERS]
     for peer in measured[taas_rows:]:
         peer.row["vs_taas"] = paired(measured[0].right, peer.right)
     return [m.row for m in measured]
@@ -309,14 +333,19 @@ def stress(learners: int) -> list[dict[str, object]]:
 
 def _table(rows: list[dict[str, object]]) -> str:
     header = (
-        f"{'dataset':<20} {'system':<13} {'accuracy':>8} {'macro_f1':>8} {'ece':>6} {'train_s':>8} "
+        f"{'dataset':<20} {'system':<17} {'accuracy':>8} {'macro_f1':>8} {'ece':>6} {'train_s':>8} "
         f"{'model_bytes':>12} {'load_s':>7}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
+        if r["dataset"] == "pooled":
+            lines.append(
+                f"{'pooled':<20} {r['system']:<17} {r['accuracy']:>8.3f}  ({r['correct']} of {r['rows']})"
+            )
+            continue
         ece = "-" if r["ece"] is None else f"{r['ece']:.3f}"
         lines.append(
-            f"{r['dataset']:<20} {r['system']:<13} {r['accuracy']:>8.3f} {r['macro_f1']:>8.3f} {ece:>6} "
+            f"{r['dataset']:<20} {r['system']:<17} {r['accuracy']:>8.3f} {r['macro_f1']:>8.3f} {ece:>6} "
             f"{r['train_s']:>8.2f} {r['model_bytes']:>12,} {r['load_s']:>7.3f}"
         )
     return "\n".join(lines)
@@ -330,6 +359,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1, help="train taas with this many seeds (default 1)")
     parser.add_argument("--no-peers", action="store_true", help="taas only, skip the peers")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where taas trains")
+    parser.add_argument("--language", default="en", help="the classifiers' language (en: on the encoder)")
     parser.add_argument(
         "--stress", action="store_true", help="taas on 20,000 rows x 3,000 classes and on 8 rows"
     )
@@ -340,12 +370,43 @@ def main() -> None:
         parser.error(f"--seeds must be at least 1, not {args.seeds}")
     learners = tuple(int(k) for k in args.learners.split(","))
     runs = [
-        lambda folder=folder: benchmark(folder, learners, not args.no_peers, args.device, args.seeds)
+        lambda folder=folder: benchmark(
+            folder, learners, not args.no_peers, args.device, args.seeds, args.language
+        )
         for folder in args.datasets
     ]
     if args.stress:
         runs.append(lambda: stress(learners[0]))
-    print_rows((row for run in runs for row in run()), as_json=args.json, table=_table)
+    print_rows(_with_pooled(row for run in runs for row in run()), as_json=args.json, table=_table)
+
+
+def _with_pooled(rows: Iterable[dict[str, object]]) -> Iterator[dict[str, object]]:
+    """``rows`` as they come, then one pooled row per system (see the module docstring)."""
+    pooled: dict[str, dict[str, Any]] = {}
+    datasets = set()
+    for row in rows:
+        yield row
+        datasets.add(row["dataset"])
+        total = pooled.setdefault(
+            str(row["system"]), {"correct": 0, "rows": 0, "peer_significantly_ahead": []}
+        )
+        total["correct"] += row["correct"]
+        total["rows"] += row["rows"]
+        versus = row.get("vs_taas")
+        if (
+            isinstance(versus, dict)
+            and versus["mcnemar_p"] < 0.05
+            and versus["peer_only"] > versus["taas_only"]
+        ):
+            total["peer_significantly_ahead"].append(row["dataset"])
+    if len(datasets) > 1:
+        for system, total in pooled.items():
+            yield {
+                "dataset": "pooled",
+                "system": system,
+                "accuracy": round(total["correct"] / total["rows"], 4),
+                **total,
+            }
 
 
 def print_rows(

@@ -37,7 +37,8 @@ from sklearn.base import clone
 from trainer import DEFAULT_HPARAMS
 
 sys.path.insert(0, str(Path(__file__).parent))
-from accuracy import dataset_name, tfidf_pipeline  # noqa: E402  (sibling benchmark scripts)
+from accuracy import dataset_name  # noqa: E402  (sibling benchmark scripts)
+from linear_peers import tfidf_pipeline  # noqa: E402
 from validation_sweep import (  # noqa: E402
     Score,
     read_train,

@@ -37,7 +37,8 @@ from trainer.data import MultiLabelData
 from trainer.evaluate import multilabel_report
 
 sys.path.insert(0, str(Path(__file__).parent))
-from accuracy import dataset_name, print_rows, tfidf_pipeline  # noqa: E402  (the sibling benchmark script)
+from accuracy import dataset_name, print_rows  # noqa: E402  (the sibling benchmark scripts)
+from linear_peers import tfidf_pipeline  # noqa: E402
 
 SCORES = ("micro_f1", "macro_f1", "hamming_loss", "subset_accuracy")
 

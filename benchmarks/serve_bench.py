@@ -1,17 +1,25 @@
-"""Serving benchmark: classify (body and query forms) and classify_collection beside a bare FastAPI app.
+"""Serving benchmark: classify (body and query forms) and classify_collection beside a bare FastAPI app
+and the bare sentence encoder.
 
     python benchmarks/serve_bench.py [--json] [--url URL --admin-key KEY] [--seconds 5]
 
 Without ``--url`` it starts the platform as a user would (``taas up`` on a free port, in a temp
 data dir, one worker), creates a tenant through the admin API, lifts the tenant's classify
-rate quota (the admin quota API), trains a classifier on ``--data`` (a ``text,label`` CSV;
-default: the NLU-Evaluation chatbot set, else a built-in synthetic set) and waits until it is
-Available. In every case it also starts a bare FastAPI app (one route that returns a constant)
-under the same uvicorn options as the API, and drives each target with the same loopback load
-generator (keep-alive HTTP/1.1 over raw asyncio sockets, one connection per concurrent
-client, so the generator itself costs little) at concurrency 1, 16 and 64. The targets:
-``bare``; ``classify``, one text as NLC's JSON body; ``classify_get``, the same text as NLC's
-``GET …/classify?text=``; ``classify_collection``, 30 texts.
+rate quota (the admin quota API), trains two classifiers on ``--data`` (a ``text,label`` CSV;
+default: the NLU-Evaluation chatbot set, else a built-in synthetic set), one in English (on
+the shared sentence encoder) and one in Spanish (no encoder reads it: the n-gram model), and
+waits until both are Available. In every case it also starts a bare FastAPI app (one route
+that returns a constant) under the same uvicorn options as the API, and drives each target
+with the same loopback load generator (keep-alive HTTP/1.1 over raw asyncio sockets, one
+connection per concurrent client, so the generator itself costs little) at concurrency 1, 16
+and 64. The targets: ``bare``; ``classify``, one text as NLC's JSON body, on the encoder
+classifier; ``classify_get``, the same text as NLC's ``GET …/classify?text=``;
+``classify_collection``, 30 texts; ``classify_ngrams`` and ``classify_collection_ngrams``, the
+same on the n-gram classifier. And ``bare-encoder``: no HTTP, no model, the encoder's forward
+alone in this process as the API runs it (one torch thread per serving thread, as many threads
+as TAAS_SERVING_THREADS), each thread encoding a batch of the point's concurrency in texts (30
+for ``bare-encoder-collection``) again and again; its ``rps`` counts batches of one text per
+request (collections: of 30), the most an encoder classifier could serve on this machine.
 
 Each point also reports ``server_cpu_ms``: the CPU time (user + system, from ``/proc``) the
 serving process spent per request while the point was measured, the cost of one call whatever
@@ -36,6 +44,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -247,7 +256,8 @@ class _Lines:
         self.buffer.append(text)
 
 
-def _prepare_classifier(base: str, admin_key: str, data: Path | None) -> tuple[str, str]:
+def _prepare_classifiers(base: str, admin_key: str, data: Path | None) -> tuple[str, list[str]]:
+    """A new tenant's key, and its two classifiers' ids (English, Spanish) once Available."""
     admin = {"Authorization": f"Bearer {admin_key}"}
     with httpx.Client(base_url=base, timeout=60) as client:
         tenant = client.post(
@@ -260,51 +270,108 @@ def _prepare_classifier(base: str, admin_key: str, data: Path | None) -> tuple[s
         )
         lifted.raise_for_status()
         headers = {"Authorization": f"Bearer {key}"}
-        meta = json.dumps({"language": "en", "name": "serve-bench"})
-        created = client.post(
-            "/v1/classifiers",
-            files={
-                "training_metadata": (None, meta, "application/json"),
-                "training_data": (None, _training_csv(data), "text/csv"),
-            },
-            headers=headers,
-        )
-        created.raise_for_status()
-        cid = created.json()["classifier_id"]
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            status = client.get(f"/v1/classifiers/{cid}", headers=headers).json()["status"]
-            if status == "Available":
-                return cid, key
-            if status == "Failed":
-                raise SystemExit(
-                    f"training failed: {client.get(f'/v1/classifiers/{cid}', headers=headers).text}"
-                )
-            time.sleep(0.5)
+        created = [_create(client, headers, language, data) for language in ("en", "es")]
+        return key, [_available(client, headers, cid) for cid in created]
+
+
+def _create(client: httpx.Client, headers: dict[str, str], language: str, data: Path | None) -> str:
+    """Create a classifier of ``language`` trained on ``data``; its id."""
+    meta = json.dumps({"language": language, "name": f"serve-bench-{language}"})
+    created = client.post(
+        "/v1/classifiers",
+        files={
+            "training_metadata": (None, meta, "application/json"),
+            "training_data": (None, _training_csv(data), "text/csv"),
+        },
+        headers=headers,
+    )
+    created.raise_for_status()
+    return str(created.json()["classifier_id"])
+
+
+def _available(client: httpx.Client, headers: dict[str, str], cid: str) -> str:
+    """``cid`` once it is Available (exits when it fails or takes 10 minutes)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        status = client.get(f"/v1/classifiers/{cid}", headers=headers).json()["status"]
+        if status == "Available":
+            return cid
+        if status == "Failed":
+            raise SystemExit(f"training failed: {client.get(f'/v1/classifiers/{cid}', headers=headers).text}")
+        time.sleep(0.5)
     raise SystemExit("the classifier did not become Available within 600 s")
 
 
+def _bare_encoder(concurrency: int, texts_per_request: int, seconds: float) -> dict:
+    """The encoder alone, as an API process runs it (see the module docstring)."""
+    import torch
+
+    from trainer.encoder import shared_encoder
+    from trainer.encoder.registry import MINILM
+
+    encoder = shared_encoder(MINILM.name)
+    torch.set_num_threads(1)
+    batch = [f"{TEXT} {i}" for i in range(concurrency * texts_per_request)]
+    encoder.encode(batch)  # warm
+    latencies: list[float] = []
+
+    def run(stop_at: float) -> None:
+        while (start := time.perf_counter()) < stop_at:
+            encoder.encode(batch)
+            latencies.append(time.perf_counter() - start)
+
+    threads = [
+        threading.Thread(target=run, args=(time.perf_counter() + seconds,))
+        for _ in range(get_settings().serving_threads)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "concurrency": concurrency,
+        "requests": n * concurrency,
+        "rps": round(n * concurrency / seconds, 1),
+        "p50_ms": round(latencies[n // 2] * 1000, 2) if n else None,
+        "p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1000, 2) if n else None,
+        "server_cpu_ms": None,
+        "errors": 0,
+    }
+
+
 def _measure(
-    base: str, bare_url: str, cid: str, key: str, seconds: float, pids: tuple[int | None, int | None]
+    base: str, bare_url: str, key: str, cids: list[str], seconds: float, pids: tuple[int | None, int | None]
 ) -> list[dict]:
-    """Every target at every concurrency; ``pids``: the bare app's and the API's process."""
+    """Every target at every concurrency; ``cids``: the encoder and the n-gram classifier;
+    ``pids``: the bare app's and the API's process."""
     bare_pid, api_pid = pids
+    encoder_cid, ngram_cid = cids
     auth = {"Authorization": f"Bearer {key}"}
     single = json.dumps({"text": TEXT}).encode()
     collection = json.dumps({"collection": [{"text": f"{TEXT} {i}"} for i in range(30)]}).encode()
     targets = [
         ("bare", bare_url, single, {}, bare_pid),
-        ("classify", f"{base}/v1/classifiers/{cid}/classify", single, auth, api_pid),
+        ("classify", f"{base}/v1/classifiers/{encoder_cid}/classify", single, auth, api_pid),
         (
             "classify_get",
-            f"{base}/v1/classifiers/{cid}/classify?{urllib.parse.urlencode({'text': TEXT})}",
+            f"{base}/v1/classifiers/{encoder_cid}/classify?{urllib.parse.urlencode({'text': TEXT})}",
             b"",
             auth,
             api_pid,
         ),
         (
             "classify_collection",
-            f"{base}/v1/classifiers/{cid}/classify_collection",
+            f"{base}/v1/classifiers/{encoder_cid}/classify_collection",
+            collection,
+            auth,
+            api_pid,
+        ),
+        ("classify_ngrams", f"{base}/v1/classifiers/{ngram_cid}/classify", single, auth, api_pid),
+        (
+            "classify_collection_ngrams",
+            f"{base}/v1/classifiers/{ngram_cid}/classify_collection",
             collection,
             auth,
             api_pid,
@@ -315,7 +382,11 @@ def _measure(
         for name, url, body, headers, pid in targets:
             result = asyncio.run(_drive(url, body, headers, concurrency, seconds, pid))
             results.append({"target": name, **result})
-            print(f"{name:20s} c={concurrency:3d} {result}", file=sys.stderr)
+            print(f"{name:26s} c={concurrency:3d} {result}", file=sys.stderr)
+        for name, texts in (("bare-encoder", 1), ("bare-encoder-collection", 30)):
+            result = _bare_encoder(concurrency, texts, seconds)
+            results.append({"target": name, **result})
+            print(f"{name:26s} c={concurrency:3d} {result}", file=sys.stderr)
     return results
 
 
@@ -356,7 +427,7 @@ def main() -> None:
                 results = _measure(
                     base,
                     bare_url,
-                    *_prepare_classifier(base, admin_key, args.data),
+                    *_prepare_classifiers(base, admin_key, args.data),
                     args.seconds,
                     (bare.pid, None),
                 )
@@ -367,7 +438,7 @@ def main() -> None:
                     results = _measure(
                         base,
                         bare_url,
-                        *_prepare_classifier(base, admin_key, args.data),
+                        *_prepare_classifiers(base, admin_key, args.data),
                         args.seconds,
                         (bare.pid, api_pid),
                     )
@@ -385,7 +456,7 @@ def main() -> None:
     else:
         for r in report["results"]:
             print(
-                f"{r['target']:20s} c={r['concurrency']:3d} {r['rps']:9.1f} req/s  "
+                f"{r['target']:26s} c={r['concurrency']:3d} {r['rps']:9.1f} req/s  "
                 f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  server CPU {r['server_cpu_ms']} ms  "
                 f"errors {r['errors']}"
             )

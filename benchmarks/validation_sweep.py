@@ -37,7 +37,8 @@ from trainer.data import stratified_folds, stratified_split
 from trainer.evaluate import expected_calibration_error
 
 sys.path.insert(0, str(Path(__file__).parent))
-from accuracy import dataset_name, tfidf_pipeline  # noqa: E402  (the sibling benchmark script)
+from accuracy import dataset_name  # noqa: E402  (the sibling benchmark scripts)
+from linear_peers import tfidf_pipeline  # noqa: E402
 
 PEERS = ("tfidf-logreg", "tfidf-svm")
 Score = tuple[np.ndarray, np.ndarray | None]  # correct per validation row, top-1 confidence

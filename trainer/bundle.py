@@ -11,6 +11,10 @@ that: a file that is not a gzip'd tar or ends early, a bundle or member over ``m
 (before decompression and after, so a small archive cannot inflate to fill a disk), a member
 that is not a regular file with one of those three names (links, folders, ``../`` paths), a
 missing or repeated member, and a file whose size or SHA-256 differs from the manifest.
+
+A model that reads a pretrained sentence encoder carries only its own weights: the manifest
+names its base encoder (``"encoder": {"name", "sha256"}``, as model.json's ``"sentence"`` does),
+and a bundle whose encoder this installation lacks, or has with other weights, is refused.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from trainer.encoder import EncoderUnavailable
 from trainer.errors import TrainerError
-from trainer.inference import META_FILE, WEIGHTS_FILE, parse_metadata
+from trainer.inference import META_FILE, WEIGHTS_FILE, check_encoder, parse_metadata
+from trainer.sentence_features import SentenceInput
 
 FORMAT = "taas-model-bundle/1"
 MANIFEST = "manifest.json"
@@ -51,11 +57,14 @@ def write_bundle(model_dir: Path, out: IO[bytes], *, about: dict[str, Any] | Non
     such as the classifier's name and language) in the manifest. Reproducible: fixed times and
     owners, so one model and ``about`` always give the same bytes."""
     files = {name: (Path(model_dir) / name).read_bytes() for name in MODEL_FILES}
-    manifest = {
+    manifest: dict[str, object] = {
         "format": FORMAT,
         "about": about or {},
         "files": {name: {"bytes": len(data), "sha256": _sha256(data)} for name, data in files.items()},
     }
+    sentence = json.loads(files[META_FILE]).get("sentence")
+    if sentence is not None:
+        manifest["encoder"] = {"name": sentence["encoder"], "sha256": sentence["sha256"]}
     members = {MANIFEST: json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"), **files}
     with (
         gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0) as packed,
@@ -90,10 +99,34 @@ def extract_bundle(source: Path, dest: Path, *, max_bytes: int = DEFAULT_MAX_BYT
         raise BundleInvalid(f"{META_FILE} is not a taas model: {reason}") from exc
     if problem := _metrics_problem(meta.get("metrics")):
         raise BundleInvalid(f"{META_FILE} is not a taas model: its metrics {problem}")
+    _check_base_encoder(meta, manifest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in MODEL_FILES:
         (dest / name).write_bytes(members[name])
     return Extracted(meta, manifest["about"])
+
+
+def _check_base_encoder(meta: dict[str, Any], manifest: dict[str, Any]) -> None:
+    """Raise BundleInvalid unless the model's base encoder (if any) is the manifest's and is
+    installed here with the same weights."""
+    sentence = meta.get("sentence")
+    named = manifest.get("encoder")
+    if sentence is None:
+        if named is not None:
+            raise BundleInvalid(f"{MANIFEST} names a base encoder, but {META_FILE} reads none")
+        return
+    if not isinstance(sentence, dict):
+        raise BundleInvalid(f"{META_FILE} is not a taas model: 'sentence' must be an object")
+    if named != {"name": sentence.get("encoder"), "sha256": sentence.get("sha256")}:
+        raise BundleInvalid(f"{MANIFEST} does not name the base encoder that {META_FILE} reads")
+    try:
+        check_encoder(SentenceInput(**sentence))
+    except TypeError as exc:
+        raise BundleInvalid(f"{META_FILE} is not a taas model: 'sentence': {exc}") from exc
+    except EncoderUnavailable as exc:
+        raise BundleInvalid(
+            f"the bundle's base encoder is not available on this installation: {exc}"
+        ) from exc
 
 
 def _read_members(source: Path, max_bytes: int) -> dict[str, bytes]:

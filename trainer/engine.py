@@ -50,6 +50,7 @@ from trainer.data import (
     stratified_folds,
     stratified_split,
 )
+from trainer.encoder import SentenceEncoder, encoder_threads
 from trainer.errors import (
     CheckpointCorrupt,
     InvalidTrainingData,
@@ -79,6 +80,7 @@ from trainer.ps.learner import ShardData
 from trainer.ps.pool import InProcessPool, ProcessPool, RoundResult, SuspectState, forgetting_freed_storages
 from trainer.ps.server import OptimizerConfig, ParameterServer
 from trainer.ps.stripes import default_stripes
+from trainer.sentence_features import SentenceInput, SentenceVectors, describe_model, encode_texts
 from trainer.step import (
     DataCursor,
     TextClassifierTask,
@@ -120,6 +122,7 @@ class _Prepared:
     labels: list[str]
     multi_label: bool
     featurizer: Featurizer
+    sentence: SentenceInput | None  # how the encoder's embedding enters the bags (None: n-grams only)
     train_bags: Bags
     train_targets: np.ndarray  # class ids, or multi-hot rows (see _targets)
     validation_bags: Bags | None
@@ -132,13 +135,21 @@ class _Prepared:
     max_rows: int
     class_weights: torch.Tensor | None  # the loss's per-class weights (_class_weights)
 
+    @property
+    def rows(self) -> int:
+        """The model's embedding rows: the n-grams', then the sentence embedding's."""
+        return self.featurizer.rows + (self.sentence.dim if self.sentence is not None else 0)
 
-def _fingerprint(data: TrainingData) -> str:
-    """SHA-256 of the examples; a multi-label run's differs from a single-label run's of the
-    same rows, so that neither resumes the other's checkpoint."""
+
+def _fingerprint(data: TrainingData, vectors: SentenceVectors | None) -> str:
+    """SHA-256 of the examples (and of the encoder's weights, if any); a multi-label run's
+    differs from a single-label run's of the same rows, and an encoder run's from an n-gram
+    run's, so that neither resumes the other's checkpoint."""
     digest = hashlib.sha256()
     if isinstance(data, MultiLabelData):
         digest.update(b"multi-label\x00")
+    if vectors is not None:
+        digest.update(f"encoder {vectors.encoder} {vectors.sha256} {vectors.layers}\x00".encode())
     for text, label in zip(data.texts, data.strata, strict=True):
         digest.update(text.encode("utf-8") + b"\x00" + label.encode("utf-8") + b"\x01")
     return digest.hexdigest()
@@ -173,7 +184,11 @@ def _split(data: TrainingData, hparams: HParams) -> tuple[np.ndarray, np.ndarray
 
 
 def _prepare(
-    data: TrainingData, hparams: HParams, fingerprint: str, split: tuple[np.ndarray, np.ndarray]
+    data: TrainingData,
+    hparams: HParams,
+    fingerprint: str,
+    split: tuple[np.ndarray, np.ndarray],
+    vectors: SentenceVectors | None,
 ) -> _Prepared:
     """Fit the featurizer on the training part of ``split`` (_split's) and plan the epochs.
 
@@ -200,9 +215,27 @@ def _prepare(
     )
     train_texts = [data.texts[i] for i in train_idx]
     featurizer, train_bags = Featurizer.fit_transform(train_texts, config)
+    sentence = (
+        None
+        if vectors is None
+        else SentenceInput(
+            vectors.encoder,
+            vectors.sha256,
+            vectors.layers,
+            vectors.dim,
+            hparams.encoder_scale,
+            featurizer.rows,
+            hparams.encoder_ngram_scale,
+        )
+    )
+    if sentence is not None and vectors is not None:
+        train_bags = sentence.append(train_bags, vectors.of(train_texts))
     validation_bags = validation_targets = None
     if len(validation_idx):
-        validation_bags = featurizer.transform([data.texts[i] for i in validation_idx])
+        validation_texts = [data.texts[i] for i in validation_idx]
+        validation_bags = featurizer.transform(validation_texts)
+        if sentence is not None and vectors is not None:
+            validation_bags = sentence.append(validation_bags, vectors.of(validation_texts))
         validation_targets = targets[validation_idx]
     steps_per_epoch = math.ceil(len(train_idx) / hparams.batch_size)
     lengths = np.diff(np.append(train_bags.offsets, len(train_bags.ids)))
@@ -211,6 +244,7 @@ def _prepare(
         labels=labels,
         multi_label=isinstance(data, MultiLabelData),
         featurizer=featurizer,
+        sentence=sentence,
         train_bags=train_bags,
         train_targets=targets[train_idx],
         validation_bags=validation_bags,
@@ -237,7 +271,7 @@ def _initial_model(prepared: _Prepared, hparams: HParams) -> TextClassifier:
     Reuters' 95 classes train better from zero (the prior stops early stopping sooner).
     """
     model = TextClassifier(
-        ModelConfig(rows=prepared.featurizer.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)),
+        ModelConfig(rows=prepared.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)),
         generator=torch.Generator().manual_seed(hparams.seed),
         embedding_init=hparams.embedding_init,
         output_init=hparams.output_init,
@@ -470,8 +504,14 @@ def train(
     should_stop: Callable[[], bool] = lambda: False,
     device: str = "cpu",
     multi_label: bool = False,
+    encoder: SentenceEncoder | None = None,
 ) -> TrainResult:
     """Train a classifier on ``data`` with ``learners`` learners and write it to ``out_dir``.
+
+    ``encoder``: the shared pretrained sentence encoder whose embedding of each text joins its
+    n-grams (trainer.sentence_features), or None for the n-gram model alone. The texts are
+    encoded first, on every core (phase "encoding"), and the embeddings kept in ``workdir``
+    for a resume.
 
     ``multi_label``: every row with the same text is one example whose labels are the union
     of those rows' (LabelledData.grouped), and the model gets one sigmoid per class and a
@@ -505,6 +545,13 @@ def train(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
         raise TrainerError(f"device {device!r} is not available here")
+    vectors = None
+    if encoder is not None:
+        ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, max(learners, 1)).report(
+            "encoding", epoch=1, step=0, loss=None, checkpoints=0, resumed=0
+        )
+        with encoder_threads(default_learners()):
+            vectors = encode_texts(encoder, data.texts, cache_dir=Path(workdir))
     with _single_threaded(), forgetting_freed_storages():
         for attempt in range(MAX_RESTARTS + 1):
             try:
@@ -518,6 +565,7 @@ def train(
                     should_stop=should_stop,
                     device=torch.device(device),
                     cross_fit=True,
+                    vectors=vectors,
                 )
             except SuspectState as exc:
                 if attempt == MAX_RESTARTS:
@@ -594,12 +642,14 @@ def _train(
     should_stop: Callable[[], bool],
     device: torch.device,
     cross_fit: bool,
+    vectors: SentenceVectors | None,
 ) -> TrainResult:
-    """One training session (see train); ``cross_fit`` False trains a fold model of _cross_fit."""
+    """One training session (see train); ``cross_fit`` False trains a fold model of _cross_fit;
+    ``vectors``: the sentence embeddings of every text of ``data`` (None: n-grams only)."""
     check_trainable(data)
     on_cuda = device.type == "cuda"
     session_start = time.monotonic()
-    fingerprint = _fingerprint(data)
+    fingerprint = _fingerprint(data, vectors)
     saved = ckpt.load_latest(workdir)
     if saved is not None and "kind" not in saved[ckpt.OPTIMIZER]:
         saved = None  # written by the single-learner loop before the parameter server: start over
@@ -626,17 +676,18 @@ def _train(
     try:
         early = ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, learners)
         early.report("preparing", epoch=1, step=0, loss=None, checkpoints=0, resumed=0)
-        prepared = _prepare(data, hparams, fingerprint, split)
-        # no n-gram at all (the featurizer has already read every training text); the whole data
-        # only: a fold of a few rows may hold none with a word, and trains to uniform scores
-        if cross_fit and prepared.featurizer.rows == 0:
+        prepared = _prepare(data, hparams, fingerprint, split, vectors)
+        # no n-gram at all (the featurizer has already read every training text) and no sentence
+        # embedding; the whole data only: a fold of a few rows may hold none with a word, and
+        # trains to uniform scores
+        if cross_fit and prepared.rows == 0:
             raise InvalidTrainingData(0, "no text has a letter or a digit: there is nothing to learn from")
         # one example (a multi-label text) leaves its fold model nothing to learn from
         cross_fitting = (
             cross_fit and prepared.validation_bags is None and hparams.cross_fit_folds > 1 and len(data) > 1
         )
         if cross_fitting:  # the fold models train beside the final one (trainer.folds)
-            folds = _start_folds(data, prepared.labels, hparams)
+            folds = _start_folds(data, prepared.labels, hparams, vectors)
         model = _initial_model(prepared, hparams)
         optimizer = OptimizerConfig(
             kind=hparams.optimizer,
@@ -650,9 +701,7 @@ def _train(
             learners,
             # slot capacity; capped at the vocabulary only for unique rows: long texts of a small
             # vocabulary pushed more rows than it has, and every learner died on its first push
-            min(prepared.max_rows, prepared.featurizer.rows)
-            if optimizer.needs_unique_rows
-            else prepared.max_rows,
+            min(prepared.max_rows, prepared.rows) if optimizer.needs_unique_rows else prepared.max_rows,
             shared=processes is not None,
             device=device,
             locks=processes.locks() if processes is not None else None,
@@ -719,6 +768,7 @@ def _train(
         if prepared.multi_label
         else _final_metrics(logits, targets, prepared.labels, evaluated_on)
     )
+    metrics["model"] = describe_model(prepared.sentence)
     session.report("saving")
     state.train_seconds += time.monotonic() - session.accounted
     epochs = min(state.epoch - 1, prepared.max_epochs)
@@ -740,6 +790,7 @@ def _train(
             "ps": stats,
         },
         threshold,
+        sentence=prepared.sentence,
     )
     session.report("done")
     return TrainResult(
@@ -879,7 +930,9 @@ def _held_out(model: TextClassifier, prepared: _Prepared) -> tuple[np.ndarray, n
 _FoldLogits = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
 
 
-def _start_folds(data: TrainingData, labels: list[str], hparams: HParams) -> FoldRuns[_FoldLogits]:
+def _start_folds(
+    data: TrainingData, labels: list[str], hparams: HParams, vectors: SentenceVectors | None
+) -> FoldRuns[_FoldLogits]:
     """Start training the fold models of _cross_fit, one process per core at most (trainer.folds).
 
     Each of ``cross_fit_folds`` stratified folds is scored by a model trained exactly like
@@ -892,12 +945,17 @@ def _start_folds(data: TrainingData, labels: list[str], hparams: HParams) -> Fol
     quiet = HParams.from_dict(
         {**hparams.as_dict(), "checkpoint_every_updates": 1 << 62, "checkpoint_every_seconds": math.inf}
     )
-    run = partial(_fold_logits, data, folds, labels, quiet)
+    run = partial(_fold_logits, data, folds, labels, quiet, vectors)
     return FoldRuns(run, hparams.cross_fit_folds, default_learners())
 
 
 def _fold_logits(
-    data: TrainingData, folds: np.ndarray, labels: list[str], hparams: HParams, fold: int
+    data: TrainingData,
+    folds: np.ndarray,
+    labels: list[str],
+    hparams: HParams,
+    vectors: SentenceVectors | None,
+    fold: int,
 ) -> _FoldLogits:
     """(held-out rows, their logits' columns, logits) of the model trained without ``fold``;
     no columns or logits when no row is held out.
@@ -925,9 +983,11 @@ def _fold_logits(
             should_stop=lambda: False,
             device=torch.device("cpu"),
             cross_fit=False,
+            vectors=vectors,
         )
-        fold_model = LoadedModel.load(Path(tmp) / "model")
-    held_bags = fold_model.featurizer.transform([data.texts[i] for i in held])
+        fold_model = LoadedModel.load(Path(tmp) / "model", check_encoder_weights=False)
+    held_texts = [data.texts[i] for i in held]
+    held_bags = fold_model.bags(held_texts, None if vectors is None else vectors.of(held_texts))
     with torch.no_grad():
         fold_logits = fold_model.model(*bag_tensors(held_bags)).numpy().astype(np.float64)
     column = {label: i for i, label in enumerate(labels)}

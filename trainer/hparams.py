@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from trainer.encoder.registry import ENCODERS, EncoderSpec
+
 
 @dataclass(frozen=True)
 class HParams:
@@ -52,6 +54,11 @@ class HParams:
     max_features: int = 300_000
     # model
     embedding_dim: int = 64
+    # an encoder model's sentence embedding (L2-normalised) enters each bag times this, beside
+    # the word and the character n-grams' bags of norm 1 each (trainer.sentence_features)
+    encoder_scale: float = 1.0
+    # ... and the n-gram entries of an encoder model's bags are multiplied by this
+    encoder_ngram_scale: float = 1.0
     # initial weights, uniform in ±bound (0: zeros). The embedding starts at zero, so a row
     # holds exactly the steps its n-gram's evidence gave it (an n-gram seen once carries no
     # random start into serving), and the output layer starts as random class codes of unit
@@ -129,3 +136,12 @@ class HParams:
 
 
 DEFAULT_HPARAMS = HParams()
+
+
+def encoder_for(language: str) -> EncoderSpec | None:
+    """The pretrained sentence encoder a classifier in ``language`` (an NLC language code)
+    trains on, or None: the n-gram model alone. The one rule of the model on the data: where
+    an encoder reads the language, its embedding joins the n-grams (docs/model.md measures
+    it on every shared dataset's validation folds); where none does, the n-grams are all
+    there is, and they work on any script."""
+    return next((spec for spec in ENCODERS.values() if language in spec.languages), None)

@@ -10,6 +10,12 @@ A multi-label model (one sigmoid per class) says so in ``model.json``: ``"multi_
 and its decision ``"threshold"``, under the format MULTI_LABEL_FORMAT, so that a reader that
 knows only FORMAT refuses it instead of serving its scores as a softmax. A single-label
 model's files are as they always were; one without the field is single-label.
+
+A model that reads a pretrained encoder's sentence embedding (trainer.sentence_features) says
+so in ``"sentence"`` (the encoder's name and weights' sha256, the embedding's width, scale and
+first row), under SENTENCE_FORMAT, which older readers refuse. Its files hold only its own
+weights: the encoder is the installation's, loaded once per process (trainer.encoder), and a
+model is served only on the very weights it was trained on.
 """
 
 from __future__ import annotations
@@ -27,13 +33,17 @@ import torch
 import torch.nn.functional as F
 
 from trainer.checkpoint import write_atomic
+from trainer.encoder import EncoderUnavailable, shared_encoder
 from trainer.errors import CheckpointCorrupt, WeightsOutOfBounds
 from trainer.evaluate import decide
 from trainer.features import DEFAULT_CACHE_BYTES, Bags, Featurizer, FeaturizerConfig
 from trainer.model import ModelConfig, TextClassifier
+from trainer.sentence_features import SentenceInput
 
 FORMAT = "taas-text-classifier/1"
 MULTI_LABEL_FORMAT = "taas-text-classifier/2"  # FORMAT plus "multi_label" and "threshold"
+SENTENCE_FORMAT = "taas-text-classifier/3"  # MULTI_LABEL_FORMAT plus "sentence"
+FORMATS = (FORMAT, MULTI_LABEL_FORMAT, SENTENCE_FORMAT)
 WEIGHTS_FILE = "weights.pt"
 META_FILE = "model.json"
 _CLASSIFY_BATCH = 512
@@ -47,8 +57,10 @@ def save_model(
     temperature: float,
     extra: dict[str, Any],
     threshold: float | None = None,
+    sentence: SentenceInput | None = None,
 ) -> None:
     """Write a complete model directory (created if missing); ``extra`` goes into model.json.
+    ``sentence``: how the model reads the encoder's embedding (None: n-grams only).
 
     The output layer is saved divided by ``temperature`` (trainer.calibration), so a loaded
     model's softmax gives the calibrated confidences with no extra step. A ``threshold``
@@ -71,9 +83,15 @@ def save_model(
     torch.save(tensors, buffer)
     payload = buffer.getvalue()
     write_atomic(out_dir / WEIGHTS_FILE, payload)
-    mode = {"multi_label": True, "threshold": threshold} if threshold is not None else {}
+    mode: dict[str, object] = {"multi_label": True, "threshold": threshold} if threshold is not None else {}
+    if sentence is not None:
+        mode["sentence"] = sentence.as_dict()
     meta = {
-        "format": FORMAT if threshold is None else MULTI_LABEL_FORMAT,
+        "format": SENTENCE_FORMAT
+        if sentence is not None
+        else FORMAT
+        if threshold is None
+        else MULTI_LABEL_FORMAT,
         **mode,
         "labels": list(labels),
         "model": model.config.as_dict(),
@@ -103,8 +121,10 @@ def parse_metadata(content: bytes, model_dir: Path) -> dict[str, Any]:
         meta = json.loads(content.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested past the parser
         raise CheckpointCorrupt(f"{model_dir}: no readable {META_FILE}: {exc}") from exc
-    if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, MULTI_LABEL_FORMAT):
-        raise CheckpointCorrupt(f"{model_dir}: {META_FILE} is not a {FORMAT} or {MULTI_LABEL_FORMAT} model")
+    if not isinstance(meta, dict) or meta.get("format") not in FORMATS:
+        raise CheckpointCorrupt(
+            f"{model_dir}: {META_FILE} is not a model of the formats {', '.join(FORMATS)}"
+        )
     if not isinstance(meta.get("metrics", {}), dict | None):
         raise CheckpointCorrupt(f"{model_dir}: {META_FILE} has metrics that are not a JSON object")
     return meta
@@ -155,10 +175,11 @@ def _stores_every_value(tensor: torch.Tensor) -> bool:
     )
 
 
-def _model_config(spec: object, tensors: dict[str, torch.Tensor]) -> ModelConfig:
+def _model_config(spec: object, tensors: dict[str, torch.Tensor], sentence_dim: int) -> ModelConfig:
     """model.json's model shape, checked against the stored tensors before anything is built
     from it: a bundle's model.json comes from outside, and a rows figure of millions would
-    have the model allocate gigabytes before its weights were found not to fit."""
+    have the model allocate gigabytes before its weights were found not to fit. The last
+    ``sentence_dim`` embedding rows are the sentence embedding's, with no n-gram bucket."""
     if not isinstance(spec, dict):
         raise ValueError("'model' must be an object")
     config = ModelConfig(**spec)
@@ -170,8 +191,8 @@ def _model_config(spec: object, tensors: dict[str, torch.Tensor]) -> ModelConfig
             "the model's rows, dim and classes must be whole numbers, dim and classes at least 1"
         )
     shapes = {
-        "buckets": (config.rows,),
-        "idf": (config.rows,),
+        "buckets": (config.rows - sentence_dim,),
+        "idf": (config.rows - sentence_dim,),
         "embedding": (config.rows, config.dim),
         "output.weight": (config.classes, config.dim),
         "output.bias": (config.classes,),
@@ -250,11 +271,17 @@ class LoadedModel:
     """
 
     def __init__(
-        self, labels: list[str], featurizer: Featurizer, model: TextClassifier, threshold: float | None = None
+        self,
+        labels: list[str],
+        featurizer: Featurizer,
+        model: TextClassifier,
+        threshold: float | None = None,
+        sentence: SentenceInput | None = None,
     ) -> None:
         self.labels = labels
         self.threshold = threshold
         self.featurizer = featurizer
+        self.sentence = sentence
         self.model = model.eval()
         self._table = model.embedding.weight.detach()
         self._weight, self._bias = model.output.weight.detach(), model.output.bias.detach()
@@ -267,12 +294,15 @@ class LoadedModel:
         self.nbytes = weights + featurizer.idf.nbytes + 2 * featurizer.cache_bytes
 
     @classmethod
-    def load(cls, model_dir: Path) -> LoadedModel:
+    def load(cls, model_dir: Path, *, check_encoder_weights: bool = True) -> LoadedModel:
         """Load a model directory written by save_model.
 
         Raises CheckpointCorrupt when a file is missing, its checksum differs from model.json,
         or its contents do not match the recorded shapes. ``model_dir`` may also be a bundle
-        file (:mod:`trainer.bundle`; BundleInvalid if it does not check out).
+        file (:mod:`trainer.bundle`; BundleInvalid if it does not check out). An encoder model
+        raises EncoderUnavailable unless this installation has its encoder, with the weights
+        it was trained on (``check_encoder_weights`` False skips that, for a caller that
+        passes the embeddings in itself: loading the encoder takes a process 90 MB).
         """
         model_dir = Path(model_dir)
         if model_dir.is_file():
@@ -292,7 +322,12 @@ class LoadedModel:
             ) from exc
         _check_weights(tensors, model_dir)
         try:
-            config = _model_config(meta.get("model"), tensors)
+            sentence = (
+                SentenceInput.from_dict(meta["sentence"], tensors["embedding"].shape[0])
+                if meta.get("sentence") is not None
+                else None
+            )
+            config = _model_config(meta.get("model"), tensors, sentence.dim if sentence is not None else 0)
             labels = _labels(meta.get("labels"), config.classes)
             featurizer_config = _featurizer_config(meta.get("featurizer"))
             _check_buckets(tensors["buckets"], featurizer_config.buckets)
@@ -315,7 +350,9 @@ class LoadedModel:
                 raise ValueError(f"threshold {threshold} is not between 0 and 1")
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointCorrupt(f"{model_dir}: model files do not fit together: {exc}") from exc
-        return cls(labels, featurizer, model, threshold)
+        if sentence is not None and check_encoder_weights:
+            check_encoder(sentence)
+        return cls(labels, featurizer, model, threshold, sentence)
 
     @classmethod
     def _load_bundle(cls, bundle: Path) -> LoadedModel:
@@ -330,23 +367,57 @@ class LoadedModel:
         """Whether the model scores each class with its own sigmoid (it has a threshold)."""
         return self.threshold is not None
 
-    def probabilities(self, texts: Sequence[str]) -> np.ndarray:
-        """Class probabilities (texts x labels, float64) in label order: rows sum to 1, or, for a
-        multi-label model, each is the class's independent sigmoid."""
-        if len(texts) <= _CLASSIFY_BATCH:
-            return self._probabilities(texts)
-        chunks = range(0, len(texts), _CLASSIFY_BATCH)
-        return np.concatenate([self._probabilities(texts[i : i + _CLASSIFY_BATCH]) for i in chunks])
+    @property
+    def encoder(self) -> str | None:
+        """The name of the sentence encoder this model reads, or None (n-grams only)."""
+        return self.sentence.encoder if self.sentence is not None else None
 
-    def _probabilities(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str]) -> np.ndarray | None:
+        """The sentence embeddings this model reads for ``texts``, from this process's shared
+        encoder (None for an n-gram model). A caller that serves several models on one encoder
+        computes them once for all (service batching) and passes them in."""
+        if self.sentence is None:
+            return None
+        return shared_encoder(self.sentence.encoder).encode(texts, self.sentence.layers)
+
+    def bags(self, texts: Sequence[str], embeddings: np.ndarray | None = None) -> Bags:
+        """The model's input bags for ``texts``: their n-grams, and for an encoder model their
+        sentence embeddings (``embeddings``, one row per text; computed here when None)."""
+        bags = self.featurizer.transform(texts)
+        if self.sentence is None:
+            return bags
+        if embeddings is None:
+            embeddings = self.embed(texts)
+        assert embeddings is not None
+        return self.sentence.append(bags, embeddings)
+
+    def probabilities(self, texts: Sequence[str], embeddings: np.ndarray | None = None) -> np.ndarray:
+        """Class probabilities (texts x labels, float64) in label order: rows sum to 1, or, for a
+        multi-label model, each is the class's independent sigmoid. ``embeddings``: see bags."""
+        if len(texts) <= _CLASSIFY_BATCH:
+            return self._probabilities(texts, embeddings)
+        chunks = range(0, len(texts), _CLASSIFY_BATCH)
+        return np.concatenate(
+            [
+                self._probabilities(
+                    texts[i : i + _CLASSIFY_BATCH],
+                    None if embeddings is None else embeddings[i : i + _CLASSIFY_BATCH],
+                )
+                for i in chunks
+            ]
+        )
+
+    def _probabilities(self, texts: Sequence[str], embeddings: np.ndarray | None) -> np.ndarray:
         # Functional calls on detached tensors: no nn.Module dispatch and no autograd context to
         # enter, which is a third of the cost of a one-text call.
-        ids, offsets, weights = bag_tensors(self.featurizer.transform(texts))
+        ids, offsets, weights = bag_tensors(self.bags(texts, embeddings))
         hidden = F.embedding_bag(ids, self._table, offsets, mode="sum", per_sample_weights=weights)
         logits = F.linear(hidden, self._weight, self._bias).to(torch.float64)
         return (torch.sigmoid(logits) if self.multi_label else torch.softmax(logits, dim=1)).numpy()
 
-    def classify(self, texts: Sequence[str], top: int | None = None) -> list[list[tuple[str, float]]]:
+    def classify(
+        self, texts: Sequence[str], top: int | None = None, embeddings: np.ndarray | None = None
+    ) -> list[list[tuple[str, float]]]:
         """Per text: every class (or the ``top`` most confident) with its confidence, sorted
         descending, ties in label order (summing to 1 unless the model is multi-label).
 
@@ -354,8 +425,9 @@ class LoadedModel:
         twenty times the inference of 30 texts (79 ms of a collection call's 82). A multi-label
         model lists more than ``top`` for a text with more classes at or above its threshold,
         so that :meth:`labels_of` finds every label it predicts (the batcher ranked all 3,000
-        classes of such a model for that: 32 ms for 30 texts against 10 ms)."""
-        probabilities = self.probabilities(texts)
+        classes of such a model for that: 32 ms for 30 texts against 10 ms). ``embeddings``:
+        see bags."""
+        probabilities = self.probabilities(texts, embeddings)
         if top is not None and top < probabilities.shape[1] and self.threshold is not None:
             chosen = np.count_nonzero(probabilities >= self.threshold, axis=1)
             return [
@@ -391,6 +463,25 @@ def _ranked(row: np.ndarray, top: int) -> np.ndarray:
     kth = np.partition(row, row.size - top)[row.size - top]
     candidates = np.flatnonzero(row >= kth)  # ascending, so the stable sort keeps ties in order
     return candidates[np.argsort(-row[candidates], kind="stable")][:top]
+
+
+def check_encoder(sentence: SentenceInput) -> None:
+    """Raise EncoderUnavailable unless this installation has the encoder ``sentence`` names,
+    with the very weights (sha256) the model was trained on."""
+    encoder = shared_encoder(sentence.encoder)
+    if encoder.sha256 != sentence.sha256:
+        raise EncoderUnavailable(
+            f"the model was trained on {sentence.encoder} weights {sentence.sha256[:12]}…, "
+            f"this installation has {encoder.sha256[:12]}…"
+        )
+    if (
+        not all(1 <= n <= encoder.layers for n in sentence.layers)
+        or encoder.width(sentence.layers) != sentence.dim
+    ):
+        raise EncoderUnavailable(
+            f"the model reads {sentence.dim} values of layers {list(sentence.layers)} of {sentence.encoder}, "
+            f"which has {encoder.layers} layers of {encoder.dim}"
+        )
 
 
 def bag_tensors(bags: Bags) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

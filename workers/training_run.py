@@ -66,6 +66,7 @@ from service.training.leases import (
 )
 from trainer.checkpoint import KEEP, checkpoint_version, list_checkpoints
 from trainer.data import read_labelled_csv
+from trainer.encoder import SentenceEncoder, shared_encoder
 from trainer.engine import Progress, TrainResult, train
 from trainer.errors import (
     CheckpointCorrupt,
@@ -75,7 +76,7 @@ from trainer.errors import (
     TrainingStopped,
     WeightsOutOfBounds,
 )
-from trainer.hparams import DEFAULT_HPARAMS, HParams
+from trainer.hparams import DEFAULT_HPARAMS, HParams, encoder_for
 from workers.fair_share import FairShare
 from workers.lease import LeaseKeeper
 
@@ -284,6 +285,7 @@ class _JobRun:
                 on_progress=self._on_progress,
                 should_stop=self._should_stop,
                 multi_label=context.multi_label,
+                encoder=self._encoder(context.language),
             )
 
         try:
@@ -492,6 +494,13 @@ class _JobRun:
                 )
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
+
+    def _encoder(self, language: str) -> SentenceEncoder | None:
+        """The shared sentence encoder a classifier in ``language`` trains on (loaded once per
+        worker process and kept), or None: the n-gram model (no encoder reads the language,
+        or TAAS_SENTENCE_ENCODER is off)."""
+        spec = encoder_for(language) if self.settings.sentence_encoder else None
+        return shared_encoder(spec.name) if spec is not None else None
 
     def _should_stop(self) -> bool:
         assert self.keeper is not None and self.checkpoints is not None

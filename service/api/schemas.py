@@ -22,6 +22,7 @@ from service.core.models import (
 )
 from service.training import job_views
 from service.training.status_events import event_json
+from trainer.sentence_features import NGRAMS
 
 PROGRESS_FIELDS = (
     "phase",
@@ -102,6 +103,7 @@ class ClassifierInfo(ClassifierSummary):
     latest_version: int = 1
     promote: str = Promote.AUTO.value
     mode: str = ClassifierMode.SINGLE_LABEL.value
+    model: dict[str, Any] | None = None
 
     @classmethod
     def build_info(cls, c: Classifier, job: TrainingJob | None, base_url: str) -> ClassifierInfo:
@@ -117,6 +119,7 @@ class ClassifierInfo(ClassifierSummary):
             latest_version=c.latest_version,
             promote=c.promote,
             mode=c.mode,
+            model=model_of(c.metrics) if c.status == ClassifierStatus.AVAILABLE.value else None,
         )
 
 
@@ -135,6 +138,7 @@ class VersionInfo(BaseModel):
     updated: str
     progress: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
+    model: dict[str, Any] | None = None
 
     @classmethod
     def build(
@@ -154,7 +158,16 @@ class VersionInfo(BaseModel):
             updated=timestamp(v.updated_at),
             progress=_progress(job),
             metrics=v.metrics if v.status == ClassifierStatus.AVAILABLE.value else None,
+            model=model_of(v.metrics) if v.status == ClassifierStatus.AVAILABLE.value else None,
         )
+
+
+def model_of(metrics: dict[str, Any] | None) -> dict[str, Any]:
+    """What an Available version's model reads (extension ``"model"``): its training's entry
+    (trainer.sentence_features.describe_model), or for a version trained before sentence
+    encoders, the n-gram model's."""
+    described = (metrics or {}).get("model")
+    return described if isinstance(described, dict) else {"kind": NGRAMS}
 
 
 class VersionList(BaseModel):

@@ -26,6 +26,7 @@ from service.cli.preflight import (
     check_redis,
     exclusive,
     prepare_data_dir,
+    require_encoders,
     require_services,
     require_store,
 )
@@ -69,6 +70,7 @@ def up(
     settings = _settings() if data_dir is None else _settings(data_dir=data_dir)
     data = prepare_data_dir(settings.data_dir)
     check_port_free(host, port)
+    require_encoders(settings)
     if settings.redis_url:
         check_redis(settings.redis_url)
     with exclusive(data / "taas-up.lock"), Supervisor() as supervisor:
@@ -104,6 +106,7 @@ def api(
     check_port_free(host, port)
     require_services(settings)  # without Redis every create would wait for a reconciler that cannot run
     require_store(settings)
+    require_encoders(settings)
     if settings.admin_key is None:
         data = prepare_data_dir(settings.data_dir)
         admin_key, key_file, created = admin_key_for(settings.model_copy(update={"data_dir": data}))
@@ -127,6 +130,7 @@ def worker(ctx: typer.Context) -> None:
     settings = _settings()
     require_services(settings)
     require_store(settings)
+    require_encoders(settings)
     os.execv(sys.executable, [sys.executable, "-m", "workers", *ctx.args])
 
 

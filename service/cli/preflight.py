@@ -83,6 +83,21 @@ def require_services(settings: Settings) -> None:
         fail(str(error))
 
 
+def require_encoders(settings: Settings) -> None:
+    """Exit with a one-line error unless every pretrained sentence encoder taas trains on is
+    installed (unless TAAS_SENTENCE_ENCODER is off): a worker without it would fail every
+    English job, and an API could serve none of their classifiers."""
+    if not settings.sentence_encoder:
+        return
+    from trainer.encoder import ENCODERS, EncoderUnavailable
+
+    for spec in ENCODERS.values():
+        try:
+            spec.files()
+        except EncoderUnavailable as error:
+            fail(f"{error} (or set TAAS_SENTENCE_ENCODER=0 to train n-gram models only)")
+
+
 def require_store(settings: Settings) -> None:
     """Exit with a one-line error unless the S3 artifact store of ``TAAS_ARTIFACTS_URL``
     answers (nothing to check without one: the local folder is created as it is needed). A

@@ -105,6 +105,12 @@ class Settings(BaseSettings):
         description="Where a worker trains: auto = CUDA when the node has a GPU, else the CPU; "
         "cuda fails each job (with a reason) on a node without one.",
     )
+    sentence_encoder: bool = Field(
+        True,
+        description="Train classifiers in a language a shipped pretrained sentence encoder reads "
+        "(English: all-MiniLM-L6-v2) on its embedding beside their n-grams; off: every classifier "
+        "trains the n-gram model alone. Classifiers trained either way keep serving.",
+    )
     lease_seconds: int = Field(
         10, gt=0, description="How long a worker's claim on a job lasts unrenewed (the crash detector)."
     )

@@ -6,6 +6,9 @@ Two kinds, so that a request never pays for the database:
   observation by route template — ``taas_http_requests_total``,
   ``taas_http_request_duration_seconds`` and, for the classify routes,
   ``taas_classify_latency_seconds``;
+* **per process, at scrape time** (:class:`_EncoderCollector`): each shared sentence encoder
+  this process has loaded, its resident bytes and the calls and texts it has encoded
+  (``taas_encoder_*``: a classify batch of several tenants' texts is one call);
 * **at scrape time** (:class:`_PlatformCollector`): queue depth, jobs by state, and for jobs
   training now or ended within the last 5 minutes (``SERIES_AFTER_END``) their samples/s,
   parameter-server counters and staleness histogram (their progress read only when their row
@@ -36,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.core.models import JobState, utcnow
 from service.ops import observe
 from service.training.worker_registry import WorkerInfo, WorkerRegistry
+from trainer.encoder import loaded_encoders
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,7 @@ class Metrics:
         self._series: dict[tuple[str, str, int], tuple[Any, ...]] = {}
         self._platform = _PlatformCollector()
         self.registry.register(self._platform)
+        self.registry.register(_EncoderCollector())
 
     def watch_platform(self, sessions: sessionmaker[Session] | None, client: redis.Redis | None) -> None:
         """Read the scrape-time series from the database behind ``sessions`` and the worker
@@ -135,6 +140,33 @@ class MetricsMiddleware:
         finally:
             route = getattr(scope.get("route"), "path", _UNMATCHED)
             self.metrics.observe(scope["method"], route, status, time.perf_counter() - started)
+
+
+class _EncoderCollector(Collector):
+    """The sentence encoders this process shares among its models (none until one is loaded)."""
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        resident = GaugeMetricFamily(
+            "taas_encoder_resident_bytes",
+            "Weights of each sentence encoder loaded in this process.",
+            labels=["encoder"],
+        )
+        calls = CounterMetricFamily(
+            "taas_encoder_calls",
+            "Encoder calls of this process (one per classify batch, whatever the tenants in it).",
+            labels=["encoder"],
+        )
+        texts = CounterMetricFamily(
+            "taas_encoder_texts", "Texts this process has encoded.", labels=["encoder"]
+        )
+        for name, encoder in loaded_encoders().items():
+            resident.add_metric([name], encoder.nbytes)
+            calls.add_metric([name], encoder.calls)
+            texts.add_metric([name], encoder.texts)
+        yield from (resident, calls, texts)
 
 
 class _PlatformCollector(Collector):

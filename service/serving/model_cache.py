@@ -23,6 +23,7 @@ from anyio import CapacityLimiter
 from service.serving.batching import InferenceBatcher
 from service.serving.fair_loader import FairLoader
 from service.storage.store import read_fetched
+from trainer.encoder import loaded_encoders
 from trainer.inference import LoadedModel
 
 _Key = tuple[str, str, str]  # tenant id, classifier id, model folder
@@ -39,6 +40,10 @@ class ModelCache:
     concurrent requests for one model await a single load. The newest model is kept even if
     it alone exceeds the budget. A model deleted while it loads may be cached once more; it is
     unreachable (classify looks the classifier up first) and ages out of the LRU.
+
+    The pretrained sentence encoders that models read are the process's, loaded once and shared
+    by every tenant (trainer.encoder): an encoder that a cached model reads counts against the
+    budget once, whatever the number of models that read it, and is never evicted.
     """
 
     def __init__(
@@ -112,9 +117,9 @@ class ModelCache:
 
     @property
     def nbytes(self) -> int:
-        """Approximate memory held by the cached models."""
+        """Approximate memory held by the cached models and the encoders they share."""
         with self._lock:
-            return sum(m.nbytes for m in self._models.values())
+            return sum(m.nbytes for m in self._models.values()) + self._encoder_bytes()
 
     def evict(self, classifier_id: str, under: Path | None = None) -> None:
         """Drop every cached model of a classifier (it was deleted), or with ``under`` only those
@@ -123,6 +128,11 @@ class ModelCache:
             for key in [k for k in self._models if k[1] == classifier_id]:
                 if under is None or Path(key[2]).is_relative_to(under):
                     del self._models[key]
+
+    def _encoder_bytes(self) -> int:
+        """The bytes of the shared encoders that the cached models read, each once."""
+        read = {model.encoder for model in self._models.values()}
+        return sum(encoder.nbytes for name, encoder in loaded_encoders().items() if name in read)
 
     def _evict_over_budget(self, keep: _Key) -> None:
         """Drop models, least recently used first, until the rest fit the budget, taking them
@@ -140,8 +150,9 @@ class ModelCache:
             held[tenant_id] += model.nbytes
             models[tenant_id] += 1
         total = held.total()
-        while total > self.budget_bytes and len(self._models) > 1:
-            share = self.budget_bytes / len(models)
+        budget = self.budget_bytes - self._encoder_bytes()  # what the shared encoders leave the models
+        while total > budget and len(self._models) > 1:
+            share = budget / len(models)
             others = [key for key in self._models if key != keep]  # least recently used first
             victim = next((key for key in others if held[key[0]] > share and models[key[0]] > 1), others[0])
             dropped = self._models.pop(victim).nbytes

@@ -33,6 +33,7 @@ class JobContext:
     classifier_id: str
     version: int
     multi_label: bool  # the classifier's mode
+    language: str  # the classifier's (an NLC language code): whether a sentence encoder reads it
     state: str
     epoch: int
     attempts: int
@@ -59,7 +60,7 @@ def claimable(now: datetime, worker_id: str | None = None) -> ColumnElement[bool
 def job_context(session: Session, job_id: str) -> JobContext | None:
     """What a worker needs to train ``job_id``; None when the job row is gone."""
     row = session.execute(
-        select(TrainingJob, Dataset.path, Classifier.mode)
+        select(TrainingJob, Dataset.path, Classifier.mode, Classifier.language)
         .join(Classifier, Classifier.id == TrainingJob.classifier_id)
         .join(ClassifierVersion, version_of_job())
         .outerjoin(Dataset, Dataset.id == ClassifierVersion.dataset_id)
@@ -68,13 +69,14 @@ def job_context(session: Session, job_id: str) -> JobContext | None:
     session.commit()  # end the read transaction; callers hold no locks between calls
     if row is None:
         return None
-    job, dataset_path, mode = row
+    job, dataset_path, mode, language = row
     return JobContext(
         job_id=job.id,
         tenant_id=job.tenant_id,
         classifier_id=job.classifier_id,
         version=job.version,
         multi_label=mode == ClassifierMode.MULTI_LABEL.value,
+        language=language,
         state=job.state,
         epoch=job.epoch,
         attempts=job.attempts,

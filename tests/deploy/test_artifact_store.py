@@ -330,6 +330,7 @@ def test_a_resume_seeds_its_folder_from_s3_when_the_local_copy_goes_under_it(
         classifier_id="c1",
         version=1,
         multi_label=False,
+        language="en",
         state="training",
         epoch=2,
         attempts=2,

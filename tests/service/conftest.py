@@ -14,12 +14,20 @@ from sqlalchemy.orm import Session
 
 from service.storage.store import ArtifactStore
 from tests.service.helpers import NLC_CSV, make_available, nlc_files, train_tiny_model
+from trainer.encoder import shared_encoder
+from trainer.encoder.registry import MINILM
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model trained once per session by the real trainer on a few weather questions."""
     return train_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def encoder_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same weather questions' model, trained on the shared sentence encoder too."""
+    return train_tiny_model(tmp_path_factory.mktemp("encoder-model"), encoder=shared_encoder(MINILM.name))
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from service.core.models import TrainingJob, utcnow
 from service.storage.store import ArtifactStore
 from service.training import leases
 from trainer.data import LabelledData
+from trainer.encoder import SentenceEncoder
 from trainer.engine import train
 from trainer.hparams import DEFAULT_HPARAMS
 
@@ -57,14 +58,20 @@ def store_dataset(client: Any, tenant: Any, body: bytes = b"text,label\nhot,t\nc
     return str(reply.json()["dataset_id"])
 
 
-def train_tiny_model(root: Path, classes: dict[str, list[str]] = WEATHER) -> Path:
+def train_tiny_model(
+    root: Path, classes: dict[str, list[str]] = WEATHER, encoder: SentenceEncoder | None = None
+) -> Path:
     """Train a model on ``classes``' texts (by default a few weather questions) with the real
-    trainer (a second or two)."""
+    trainer (a second or two), on the n-grams alone or with ``encoder``'s embedding."""
     texts = [t for texts in classes.values() for t in texts]
     labels = [label for label, texts in classes.items() for _ in texts]
     hparams = dataclasses.replace(DEFAULT_HPARAMS, buckets=1 << 12, max_features=4096, min_updates=60)
     result = train(
-        LabelledData(texts, labels), workdir=root / "work", out_dir=root / "model", hparams=hparams
+        LabelledData(texts, labels),
+        workdir=root / "work",
+        out_dir=root / "model",
+        hparams=hparams,
+        encoder=encoder,
     )
     return result.model_dir
 

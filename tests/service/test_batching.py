@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from service.serving.batching import InferenceBatcher
+from trainer.encoder import shared_encoder
+from trainer.encoder.registry import MINILM
 from trainer.inference import LoadedModel
 
 TEXTS = ["is it going to rain tomorrow", "how warm is it", "will it snow tonight", "sunny today?"]
@@ -19,14 +21,14 @@ class _Counting(LoadedModel):
 
     calls: list[int]
 
-    def classify(self, texts, top=None):  # type: ignore[no-untyped-def]
+    def classify(self, texts, top=None, embeddings=None):  # type: ignore[no-untyped-def]
         self.calls.append(len(texts))
-        return super().classify(texts, top)
+        return super().classify(texts, top, embeddings)
 
 
-def _counting(tiny_model: Path) -> _Counting:
-    loaded = LoadedModel.load(tiny_model)
-    model = _Counting(loaded.labels, loaded.featurizer, loaded.model)
+def _counting(model_dir: Path) -> _Counting:
+    loaded = LoadedModel.load(model_dir)
+    model = _Counting(loaded.labels, loaded.featurizer, loaded.model, sentence=loaded.sentence)
     model.calls = []
     return model
 
@@ -52,6 +54,34 @@ def test_concurrent_calls_are_batched_and_answered_alike(tiny_model: Path) -> No
     assert len(model.calls) < 200, f"no call was batched: {model.calls[:10]}..."
 
 
+def test_tenants_encoder_models_share_one_encoder_call_per_batch(encoder_model: Path) -> None:
+    """Two tenants' models on the shared encoder: the batch's texts go through it together (each
+    distinct text once), then each model applies its own weights; every caller gets what the
+    model alone gives."""
+    first, second = _counting(encoder_model), _counting(encoder_model)
+    second.labels = [f"other-{label}" for label in second.labels]
+    encoder = shared_encoder(MINILM.name)
+    alone = [first.classify([text])[0] for text in TEXTS]
+    calls, texts = encoder.calls, encoder.texts
+    first.calls.clear()
+    batcher = InferenceBatcher(1)
+
+    async def both() -> list[list[list[tuple[str, float]]]]:
+        return await asyncio.gather(*(batcher.classify(m, [t]) for t in TEXTS * 20 for m in (first, second)))
+
+    try:
+        results = asyncio.run(both())
+    finally:
+        batcher.close()
+    for n, [scores] in enumerate(results):
+        expected = alone[(n // 2) % len(TEXTS)]
+        assert [name.removeprefix("other-") for name, _ in scores] == [name for name, _ in expected]
+        assert [c for _, c in scores] == pytest.approx([c for _, c in expected], abs=1e-5)
+    model_calls = len(first.calls) + len(second.calls)
+    assert encoder.calls - calls < model_calls, "each model encoded its own texts"
+    assert encoder.texts - texts <= len(TEXTS) * (encoder.calls - calls)  # a text once a batch
+
+
 def test_calls_on_different_models_do_not_mix(tiny_model: Path) -> None:
     first, second = _counting(tiny_model), _counting(tiny_model)
     second.labels = [f"other-{label}" for label in second.labels]
@@ -74,7 +104,7 @@ def test_a_failing_model_fails_only_its_own_callers(tiny_model: Path) -> None:
     good = _counting(tiny_model)
 
     class _Broken(_Counting):
-        def classify(self, texts, top=None):  # type: ignore[no-untyped-def]
+        def classify(self, texts, top=None, embeddings=None):  # type: ignore[no-untyped-def]
             raise RuntimeError("weights on fire")
 
     broken = _Broken(good.labels, good.featurizer, good.model)
@@ -114,9 +144,9 @@ class _Held(LoadedModel):
 
     gate: threading.Event
 
-    def classify(self, texts, top=None):  # type: ignore[no-untyped-def]
+    def classify(self, texts, top=None, embeddings=None):  # type: ignore[no-untyped-def]
         assert self.gate.wait(timeout=30)
-        return super().classify(texts, top)
+        return super().classify(texts, top, embeddings)
 
 
 def _held(tiny_model: Path, gate: threading.Event) -> _Held:

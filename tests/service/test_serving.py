@@ -19,6 +19,8 @@ from service.api.routes.classify import CLASSES_SHOWN
 from service.serving.model_cache import ModelCache
 from service.storage.store import ArtifactStore
 from tests.service.helpers import WEATHER, make_available, train_tiny_model
+from trainer.encoder import shared_encoder
+from trainer.encoder.registry import MINILM
 from trainer.inference import LoadedModel
 
 
@@ -198,6 +200,28 @@ def test_lru_keeps_the_most_recently_used_models_within_the_budget(tiny_model: P
         finally:
             LoadedModel.load = real  # type: ignore[method-assign]
         assert loads == [dirs[1]]
+    finally:
+        cache.close()
+
+
+def test_the_shared_encoder_counts_once_against_the_budget(encoder_model: Path, tmp_path: Path) -> None:
+    """Two encoder models hold the encoder's 87 MB once between them; a budget with room for
+    the encoder and one model keeps one."""
+    dirs = [shutil.copytree(encoder_model, tmp_path / name) for name in "ab"]
+    one = LoadedModel.load(encoder_model)
+    encoder = shared_encoder(MINILM.name).nbytes
+    cache = ModelCache(budget_bytes=encoder + one.nbytes + one.nbytes // 2)
+
+    async def use(*names: str) -> None:
+        for name in names:
+            await cache.aget("t", name, tmp_path / name)
+
+    try:
+        asyncio.run(use("a"))
+        assert cache.nbytes == encoder + one.nbytes
+        asyncio.run(use("b"))
+        assert len(cache) == 1 and cache.peek("t", "b", dirs[1]) is not None
+        assert cache.nbytes == encoder + one.nbytes
     finally:
         cache.close()
 

@@ -2,6 +2,7 @@
 
     python benchmarks/validation_sweep.py DATASET_DIR... [--folds F] [--repeats R]
         [--per-repeat N] [--max-rows M] [--set KEY=VALUE...] [--variant NAME:KEY=VALUE[,...]...]
+        [--encoder]
 
 For each folder, only its ``train.csv`` is read (subsampled, stratified, to ``--max-rows``
 when given). Each repeat deals the rows into ``--folds`` stratified folds with its own seed;
@@ -9,7 +10,10 @@ each of the first ``--per-repeat`` folds in turn is the validation set and the o
 the training data. On every such split, side by side: ``taas`` (trainer.train, K = 1, with
 DEFAULT_HPARAMS and the ``--set`` overrides), each ``--variant`` (the same plus its own
 HParams overrides, e.g. ``--variant updates6k:min_updates=6000``) and
-benchmarks/accuracy.py's ``tfidf-logreg`` and ``tfidf-svm``. ``--set cross_fit_folds=0`` skips
+benchmarks/accuracy.py's ``tfidf-logreg`` and ``tfidf-svm``. With ``--encoder``, every taas
+system trains on the shared sentence encoder (as English classifiers do; each folder's texts
+encoded once) and the frozen-encoder peers ``minilm-logreg`` and ``minilm+tfidf-svm`` join
+(benchmarks/linear_peers.py). ``--set cross_fit_folds=0`` skips
 cross-fitting (six times cheaper on small data; predictions are the same, but the
 temperature stays 1, so ECE is then uncalibrated).
 
@@ -34,11 +38,18 @@ import numpy as np
 
 from trainer import DEFAULT_HPARAMS, HParams, LabelledData, LoadedModel, read_labelled_csv, train
 from trainer.data import stratified_folds, stratified_split
+from trainer.encoder import SentenceEncoder, shared_encoder
+from trainer.encoder.registry import MINILM
 from trainer.evaluate import expected_calibration_error
+from trainer.sentence_features import SentenceVectors, encode_texts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from accuracy import dataset_name  # noqa: E402  (the sibling benchmark scripts)
-from linear_peers import tfidf_pipeline  # noqa: E402
+from linear_peers import (  # noqa: E402
+    MINILM_PEERS,
+    fit_peer,
+    tfidf_pipeline,  # noqa: E402
+)
 
 PEERS = ("tfidf-logreg", "tfidf-svm")
 Score = tuple[np.ndarray, np.ndarray | None]  # correct per validation row, top-1 confidence
@@ -56,14 +67,26 @@ def _overrides(text: str) -> dict[str, object]:
 
 
 def taas_probabilities(
-    hparams: HParams, train_data: LabelledData, validation: LabelledData
+    hparams: HParams,
+    train_data: LabelledData,
+    validation: LabelledData,
+    vectors: SentenceVectors | None = None,
 ) -> tuple[list[str], np.ndarray]:
-    """The labels of a taas model trained (K = 1) on ``train_data``, and its probabilities
-    (validation rows x labels) for the validation texts."""
+    """The labels of a taas model trained (K = 1) on ``train_data``, on the sentence encoder's
+    ``vectors`` of its texts if given, and its probabilities (validation rows x labels) for
+    the validation texts."""
     with tempfile.TemporaryDirectory(prefix="taas-sweep-") as tmp:
-        train(train_data, workdir=Path(tmp) / "w", out_dir=Path(tmp) / "m", hparams=hparams, learners=1)
+        train(
+            train_data,
+            workdir=Path(tmp) / "w",
+            out_dir=Path(tmp) / "m",
+            hparams=hparams,
+            learners=1,
+            vectors=vectors,
+        )
         model = LoadedModel.load(Path(tmp) / "m")
-    return model.labels, model.probabilities(validation.texts)
+    embeddings = None if vectors is None else vectors.of(validation.texts)
+    return model.labels, model.probabilities(validation.texts, embeddings)
 
 
 def score(labels: list[str], probabilities: np.ndarray, validation: LabelledData) -> Score:
@@ -72,8 +95,10 @@ def score(labels: list[str], probabilities: np.ndarray, validation: LabelledData
     return predicted == np.asarray(validation.labels), probabilities.max(axis=1)
 
 
-def _taas(hparams: HParams, train_data: LabelledData, validation: LabelledData) -> Score:
-    return score(*taas_probabilities(hparams, train_data, validation), validation)
+def _taas(
+    hparams: HParams, train_data: LabelledData, validation: LabelledData, vectors: SentenceVectors | None
+) -> Score:
+    return score(*taas_probabilities(hparams, train_data, validation, vectors), validation)
 
 
 def _peer(system: str, train_data: LabelledData, validation: LabelledData) -> Score:
@@ -144,17 +169,36 @@ def paired(correct: np.ndarray, base: np.ndarray) -> tuple[int, int]:
 
 
 def sweep(
-    folder: Path, systems: dict[str, HParams], folds: int, repeats: int, per_repeat: int, max_rows: int | None
+    folder: Path,
+    systems: dict[str, HParams],
+    folds: int,
+    repeats: int,
+    per_repeat: int,
+    max_rows: int | None,
+    encoder: SentenceEncoder | None = None,
 ) -> list[dict[str, object]]:
-    """One summary row per system for the folder's train.csv."""
+    """One summary row per system for the folder's train.csv (on ``encoder``, see the module
+    docstring)."""
     data = read_train(folder, max_rows)
-    runs: dict[str, list[Score]] = {system: [] for system in [*systems, *PEERS]}
+    vectors = encode_texts(encoder, data.texts) if encoder is not None else None
+    # the peers read the encoder's own sentence embedding (its last layer)
+    peer_vectors = (
+        encode_texts(encoder, data.texts, layers=(encoder.layers,)) if encoder is not None else None
+    )
+    peers = [*PEERS, *(MINILM_PEERS if encoder is not None else ())]
+    runs: dict[str, list[Score]] = {system: [] for system in [*systems, *peers]}
     for train_rows, validation_rows in splits(data.labels, folds, repeats, per_repeat):
         train_data, validation = subset(data, train_rows), subset(data, validation_rows)
         for system, hparams in systems.items():
-            runs[system].append(_taas(hparams, train_data, validation))
+            runs[system].append(_taas(hparams, train_data, validation, vectors))
         for system in PEERS:
             runs[system].append(_peer(system, train_data, validation))
+        if peer_vectors is not None:
+            for system in MINILM_PEERS:
+                predicted = fit_peer(system, train_data, peer_vectors.of(train_data.texts)).predict(
+                    validation.texts, peer_vectors.of(validation.texts)
+                )
+                runs[system].append((np.asarray(predicted) == np.asarray(validation.labels), None))
     return summarise(dataset_name(folder), len(data), runs)
 
 
@@ -173,6 +217,7 @@ def sweep_parser(description: str) -> argparse.ArgumentParser:
     parser = split_parser(description)
     parser.add_argument("--max-rows", type=int, default=None, help="stratified subsample of train.csv")
     parser.add_argument("--set", default="", help="KEY=VALUE[,...]: HParams overrides for every taas run")
+    parser.add_argument("--encoder", action="store_true", help="taas on the sentence encoder, and its peers")
     parser.add_argument(
         "--variant", action="append", default=[], help="NAME:KEY=VALUE[,...]: a taas variant (repeatable)"
     )
@@ -192,8 +237,10 @@ def taas_systems(args: argparse.Namespace) -> dict[str, HParams]:
 def main() -> None:
     args = sweep_parser(__doc__.splitlines()[0]).parse_args()
     systems = taas_systems(args)
+    encoder = shared_encoder(MINILM.name) if args.encoder else None
     for folder in args.datasets:
-        for row in sweep(folder, systems, args.folds, args.repeats, args.per_repeat, args.max_rows):
+        rows = sweep(folder, systems, args.folds, args.repeats, args.per_repeat, args.max_rows, encoder)
+        for row in rows:
             print(json.dumps(row), flush=True)
 
 

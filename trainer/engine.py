@@ -505,13 +505,15 @@ def train(
     device: str = "cpu",
     multi_label: bool = False,
     encoder: SentenceEncoder | None = None,
+    vectors: SentenceVectors | None = None,
 ) -> TrainResult:
     """Train a classifier on ``data`` with ``learners`` learners and write it to ``out_dir``.
 
     ``encoder``: the shared pretrained sentence encoder whose embedding of each text joins its
     n-grams (trainer.sentence_features), or None for the n-gram model alone. The texts are
     encoded first, on every core (phase "encoding"), and the embeddings kept in ``workdir``
-    for a resume.
+    for a resume. ``vectors``: instead, the embeddings of every text, computed by the caller
+    (encode_texts; a sweep over many subsets of one data set encodes it once).
 
     ``multi_label``: every row with the same text is one example whose labels are the union
     of those rows' (LabelledData.grouped), and the model gets one sigmoid per class and a
@@ -545,8 +547,7 @@ def train(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
         raise TrainerError(f"device {device!r} is not available here")
-    vectors = None
-    if encoder is not None:
+    if vectors is None and encoder is not None:
         ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, max(learners, 1)).report(
             "encoding", epoch=1, step=0, loss=None, checkpoints=0, resumed=0
         )

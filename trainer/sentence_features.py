@@ -50,16 +50,20 @@ class SentenceVectors:
 
 
 def encode_texts(
-    encoder: SentenceEncoder, texts: Sequence[str], cache_dir: Path | None = None
+    encoder: SentenceEncoder,
+    texts: Sequence[str],
+    cache_dir: Path | None = None,
+    layers: tuple[int, ...] | None = None,
 ) -> SentenceVectors:
-    """The embeddings of every distinct text of ``texts``.
+    """The embeddings of every distinct text of ``texts`` (of ``layers``; default: the
+    encoder's, SentenceEncoder.encode).
 
     With ``cache_dir``, they are kept there (CACHE_FILE, written atomically) and read back by a
     later call for the same texts and encoder weights instead of encoding again: a job resumed
     after a crash skips the encoder's minute on 10,000 texts.
     """
     distinct = list(dict.fromkeys(texts))
-    layers = encoder.spec.layers
+    layers = encoder.spec.layers if layers is None else layers
     key = _cache_key(f"{encoder.sha256} {layers}", distinct)
     matrix = _read_cache(cache_dir / CACHE_FILE, key) if cache_dir is not None else None
     if matrix is None or matrix.shape != (len(distinct), encoder.width(layers)):

@@ -99,6 +99,8 @@ def test_docs_and_redoc_load_their_assets_from_the_package(bare: TestClient) -> 
             asset = bare.get(source)
             assert asset.status_code == 200 and asset.content, source
         assert "https://" not in page.text, path  # no CDN, no web fonts
+        policy = page.headers["content-security-policy"]  # nor from a script (ReDoc's logo)
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy, path
     assert "validatorUrl" in pages["/docs"].text  # no badge from validator.swagger.io
 
 

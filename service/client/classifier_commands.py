@@ -38,7 +38,7 @@ classifiers = typer.Typer(
 @classifiers.command("list")
 @one_line_errors
 def list_classifiers(as_json: bool = JSON_LIST_OPTION) -> None:
-    """Your classifiers, with their status and accuracy."""
+    """Your classifiers, with their status."""
     with logged_in_api() as api:
         listed = api.list_classifiers()
         found = [c for c in (_still_there(api, c["classifier_id"]) for c in listed) if c is not None]
@@ -46,11 +46,9 @@ def list_classifiers(as_json: bool = JSON_LIST_OPTION) -> None:
         return print_json(found)
     if not found:
         return nothing_here("no classifiers yet: `taas train FILE --name NAME` trains one")
-    table = new_table("id", "name", "status", "accuracy", "created")
+    table = new_table("id", "name", "status", "created")
     for c in found:
-        accuracy = (c.get("metrics") or {}).get("accuracy")
-        shown = "" if accuracy is None else f"{accuracy:.3f}"
-        table.add_row(c["classifier_id"], c["name"], c["status"], shown, c["created"])
+        table.add_row(c["classifier_id"], c["name"], c["status"], c["created"])
     out.print(table)
 
 

@@ -1,24 +1,25 @@
 """The OpenAPI document, ``/openapi.json``, as the API behaves, so that ``/docs`` can try every
-route and a generated client can call it:
+route and a generated client can call it. On top of the error replies that
+:mod:`service.api.errors` documents (the NLC body, 400 where FastAPI would say 422, 404 wherever
+a path names an id, the codes particular to a route):
 
 * every ``/v1`` operation takes a key in one of three forms (``securitySchemes``: Basic
   ``apikey:KEY`` as the ibm-watson SDK sends it, Bearer, ``X-API-Key``); ``/healthz`` and
   ``/readyz`` take none;
 * the routes that read their body as a stream document it (:mod:`service.api.bodies`);
-* errors are documented as :mod:`service.api.errors` sends them: the NLC body, 400 where
-  FastAPI would say 422, 404 wherever a path names an id, and the codes particular to a route;
+* the document has a description, and its tags theirs;
 * operation ids are the route functions' names (``create_classifier``), which generated
   clients take for their functions' names (see :func:`operation_id`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from service.api import bodies
@@ -58,32 +59,14 @@ SECURITY_SCHEMES = {
 }
 KEY_REQUIRED: list[dict[str, list[str]]] = [{name: []} for name in SECURITY_SCHEMES]  # any one
 
-ERROR_SCHEMA = {
-    "title": "Error",
-    "type": "object",
-    "required": ["code", "error", "description"],
-    "properties": {
-        "code": {"type": "integer"},
-        "error": {"type": "string"},
-        "description": {"type": "string"},
-    },
-    "examples": [{"code": 404, "error": "Not Found", "description": "classifier 'x' not found"}],
-}
-# malformed, no key, wrong key or a quota, body over its limit, too many unknown keys sent
-_ALWAYS = (400, 401, 403, 413, 429)
-_EXTRA = {  # (method, path) -> statuses beyond those
+# Error replies beyond those service.api.errors documents: (method, path) -> statuses
+_MORE_ERRORS = {
     ("post", "/v1/classifiers"): (404, 503),  # a dataset_id unknown; the store refused the upload
     ("post", "/v1/classifiers/{classifier_id}/versions"): (503,),
     ("post", "/v1/classifiers/import"): (503,),
     ("post", "/v1/datasets"): (503,),
-    ("post", "/v1/classifiers/{classifier_id}/classify"): (409, 503),
-    ("get", "/v1/classifiers/{classifier_id}/classify"): (409, 503),
-    ("post", "/v1/classifiers/{classifier_id}/classify_collection"): (409, 503),
-    ("post", "/v1/classifiers/{classifier_id}/cancel"): (409,),
-    ("post", "/v1/classifiers/{classifier_id}/resume"): (409,),
-    ("delete", "/v1/datasets/{dataset_id}"): (409,),
-    ("post", "/v1/admin/tenants"): (409,),
 }
+_KEY_ERRORS = ("401", "403")  # what a route that takes no key never answers
 
 
 def operation_id(route: APIRoute) -> str:
@@ -93,45 +76,30 @@ def operation_id(route: APIRoute) -> str:
 
 
 def install(app: FastAPI) -> None:
-    """Have ``app`` serve this document as its ``/openapi.json``."""
-    app.openapi = partial(_document, app)  # type: ignore[method-assign]
+    """Have ``app`` serve this document as its ``/openapi.json`` (after ``errors.install``,
+    whose document of the error replies it completes)."""
+    app.openapi = partial(_document, app, app.openapi)  # type: ignore[method-assign]
 
 
-def _document(app: FastAPI) -> dict[str, Any]:
+def _document(app: FastAPI, with_errors: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
-    schema = get_openapi(
-        title=app.title,
-        version=app.version,
-        summary=app.summary,
-        description=DESCRIPTION,
-        routes=app.routes,
-        tags=TAGS,
-    )
+    schema = with_errors()  # the same dict is then app.openapi_schema: completed in place
+    schema["info"]["description"] = DESCRIPTION
+    schema["tags"] = TAGS
     components = schema.setdefault("components", {})
     components["securitySchemes"] = SECURITY_SCHEMES
-    schemas = components.setdefault("schemas", {})
-    schemas.update(bodies.component_schemas())
-    schemas["Error"] = ERROR_SCHEMA
-    schemas.pop("HTTPValidationError", None)
-    schemas.pop("ValidationError", None)
+    components.setdefault("schemas", {}).update(bodies.component_schemas())
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
-            operation.setdefault("responses", {}).pop("422", None)
-            if path.startswith("/v1/"):
-                operation["security"] = KEY_REQUIRED
-                _document_errors(method, path, operation["responses"])
+            responses = operation.setdefault("responses", {})
+            if not path.startswith("/v1/"):
+                for refused in _KEY_ERRORS:
+                    responses.pop(refused, None)
+                continue
+            operation["security"] = KEY_REQUIRED
+            for status in _MORE_ERRORS.get((method, path), ()):
+                responses[str(status)] = {"description": HTTPStatus(status).phrase, **error}
     app.openapi_schema = schema
     return schema
-
-
-def _document_errors(method: str, path: str, responses: dict[str, Any]) -> None:
-    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-    statuses = [*_ALWAYS, *_EXTRA.get((method, path), ())]
-    if "{" in path:
-        statuses.append(404)
-    for status in statuses:
-        responses[str(status)] = {"description": HTTPStatus(status).phrase, **error}
-    responses["429"]["headers"] = {
-        "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
-    }

@@ -39,7 +39,6 @@ from service.client.terminal import (
     print_json,
 )
 from service.client.training_files import is_labelled, start_training
-from service.client.units import size
 
 datasets = typer.Typer(no_args_is_help=True, help="Labelled training data stored on the platform.")
 
@@ -112,16 +111,9 @@ def list_datasets(as_json: bool = JSON_LIST_OPTION) -> None:
         return print_json(found)
     if not found:
         return nothing_here("no datasets yet: `taas datasets upload FILE` stores one")
-    table = new_table("id", "name", "rows", "classes", "size", "created")
+    table = new_table("id", "name", "rows", "classes", "created")
     for d in found:
-        table.add_row(
-            d["dataset_id"],
-            d["name"],
-            f"{d['rows']:,}",
-            f"{d['classes']:,}",
-            size(d["size_bytes"]),
-            d["created"],
-        )
+        table.add_row(d["dataset_id"], d["name"], f"{d['rows']:,}", f"{d['classes']:,}", d["created"])
     out.print(table)
 
 

@@ -70,13 +70,9 @@ def nothing_here(message: str) -> None:
     out.print(message, highlight=False)
 
 
-_WORDS = frozenset({"name", "text", "labels", "created", "top class"})
-
-
 def new_table(*columns: str) -> Table:
     """A table whose id columns are never shortened: they are what the other commands take."""
     table = Table()
     for name in columns:
-        # only words wrap: an id, a number or a size ("62 bytes") split over two lines misreads
-        table.add_column(name, no_wrap=name not in _WORDS, min_width=36 if name == "id" else None)
+        table.add_column(name, no_wrap=name == "id", min_width=36 if name == "id" else None)
     return table

@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 UP_ARGS ?=
 
-.PHONY: up test chromium
+.PHONY: up test chromium docs-assets
 
 up: $(VENV)/.stamp-base
 	$(BIN)/taas up $(UP_ARGS)
@@ -41,3 +41,21 @@ $(VENV)/.stamp-base: pyproject.toml | $(BIN)/python
 $(VENV)/.stamp-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[dev]'
 	touch $@ $(VENV)/.stamp-base
+
+# /docs and /redoc serve Swagger UI and ReDoc from service/api/static (no CDN: taas runs offline).
+# This fetches the pinned npm packages and copies their files and licences there again
+# (service/api/static/SOURCES.md lists them with their SHA-256; a test checks the copies).
+SWAGGER_UI_DIST := swagger-ui-dist@5.35.0
+REDOC := redoc@2.5.2
+DOCS_ASSETS := service/api/static
+docs-assets:
+	rm -rf build/docs-assets && mkdir -p build/docs-assets/swagger build/docs-assets/redoc
+	cd build/docs-assets && npm pack --silent $(SWAGGER_UI_DIST) $(REDOC) >/dev/null
+	tar xzf build/docs-assets/swagger-ui-dist-*.tgz -C build/docs-assets/swagger
+	tar xzf build/docs-assets/redoc-*.tgz -C build/docs-assets/redoc
+	cd build/docs-assets/swagger/package && cp swagger-ui-bundle.js swagger-ui-bundle.js.LICENSE.txt \
+		swagger-ui.css favicon-32x32.png $(CURDIR)/$(DOCS_ASSETS)/ \
+		&& cp LICENSE $(CURDIR)/$(DOCS_ASSETS)/swagger-ui.LICENSE && cp NOTICE $(CURDIR)/$(DOCS_ASSETS)/swagger-ui.NOTICE
+	cd build/docs-assets/redoc/package && cp bundles/redoc.standalone.js bundles/redoc.standalone.js.LICENSE.txt \
+		$(CURDIR)/$(DOCS_ASSETS)/ && cp LICENSE $(CURDIR)/$(DOCS_ASSETS)/redoc.LICENSE
+	cd $(DOCS_ASSETS) && sha256sum swagger-ui-bundle.js swagger-ui.css favicon-32x32.png redoc.standalone.js

@@ -12,11 +12,21 @@ from fastapi import Depends, FastAPI
 from starlette.types import Receive, Scope, Send
 
 from service import ops
-from service.api import errors
+from service.api import errors, openapi
 from service.api.compression import CompressReplies
 from service.api.deps import utf8_query
 from service.api.fast_classify import FastClassify
-from service.api.routes import admin, bundles, classifiers, classify, datasets, versions, webhooks
+from service.api.routes import (
+    admin,
+    bundles,
+    classifiers,
+    classify,
+    datasets,
+    docs,
+    health,
+    versions,
+    webhooks,
+)
 from service.api.uploads import BodyLimit
 from service.core.db import POOL_CONNECTIONS, make_engine, session_factory
 from service.core.settings import Settings, get_settings
@@ -102,8 +112,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Text-classification training as a service, wire-compatible with Watson NLC v1.",
         lifespan=lifespan,
         dependencies=[Depends(utf8_query)],
+        docs_url=None,  # service.api.routes.docs serves them, with no CDN
+        redoc_url=None,
+        generate_unique_id_function=openapi.operation_id,
     )
     errors.install(app)
+    openapi.install(app)
     app.fast_classify = FastClassify(app.state, metrics, fallback=super(TaasAPI, app).__call__)
     app.add_middleware(
         BodyLimit,
@@ -116,7 +130,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(CompressReplies)
     app.add_middleware(OperatorHeaders)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for module in (classifiers, classify, versions, bundles, datasets, webhooks, admin):
+    for module in (classifiers, classify, versions, bundles, datasets, webhooks, admin, health):
         app.include_router(module.router)
+    docs.install(app)
     ops.install(app)
     return app

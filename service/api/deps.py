@@ -29,6 +29,7 @@ from service.catalogue import classifiers, datasets, tenant_deletion
 from service.core.db import POOL_TIMEOUT_S
 from service.core.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from service.core.models import Classifier, ClassifierVersion, Dataset, Tenant, utcnow
+from service.core.paging import MAX_LIMIT
 from service.core.settings import Settings
 from service.serving import classifying
 from service.serving.classifying import Servable
@@ -179,9 +180,14 @@ ModelCacheDep = Annotated[ModelCache, Depends(_models)]
 InvalidationsDep = Annotated[Invalidations, Depends(_invalidations)]
 
 
+# The key's headers are documented once, as the OpenAPI document's securitySchemes
+# (service.api.openapi), not as parameters of each operation.
+_KEY_HEADER = Header(include_in_schema=False)
+
+
 async def _key(
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
+    authorization: Annotated[str | None, _KEY_HEADER] = None,
+    x_api_key: Annotated[str | None, _KEY_HEADER] = None,
 ) -> str:
     key = presented_key(authorization, x_api_key)
     if not key:
@@ -254,6 +260,40 @@ def _dataset(dataset_id: str, tenant: TenantDep, session: SessionDep) -> Dataset
 ClassifierDep = Annotated[Classifier, Depends(_classifier)]
 DatasetDep = Annotated[Dataset, Depends(_dataset)]
 
+DEFAULT_LIMIT = 100  # a page's items when a request sends an offset and no limit
+
+
+@dataclass(frozen=True)
+class PageAsked:
+    """The page a listing request asks for (``?limit=&offset=``), or none: NLC's list."""
+
+    limit: int | None
+    offset: int
+    paged: bool
+
+    def reply_fields(self, total: int) -> dict[str, int]:
+        """The listing reply's paging fields: none unless the request paged."""
+        if not self.paged:
+            return {}
+        return {"total": total, "limit": self.limit or DEFAULT_LIMIT, "offset": self.offset}
+
+
+async def _page_asked(
+    limit: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_LIMIT, description=f"Items a page (extension; {DEFAULT_LIMIT} with only offset)."),
+    ] = None,
+    offset: Annotated[
+        int | None, Query(ge=0, le=2**31 - 1, description="Items to skip, oldest first (extension).")
+    ] = None,
+) -> PageAsked:
+    if limit is None and offset is None:
+        return PageAsked(None, 0, paged=False)
+    return PageAsked(limit or DEFAULT_LIMIT, offset or 0, paged=True)
+
+
+PageDep = Annotated[PageAsked, Depends(_page_asked)]
+
 
 @dataclass(frozen=True)
 class ServingTarget:
@@ -272,8 +312,8 @@ class ServingTarget:
 async def _serving_target(
     classifier_id: str,
     request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
+    authorization: Annotated[str | None, _KEY_HEADER] = None,
+    x_api_key: Annotated[str | None, _KEY_HEADER] = None,
     version: Annotated[
         int | None,
         Query(

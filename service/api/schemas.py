@@ -44,7 +44,14 @@ class CreateFromDataset(BaseModel):
     """JSON create (extension): train on a stored dataset. Any other field is refused, not
     ignored: a misspelt ``callbak_url`` or ``promot`` trained without what was asked for."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"name": "weather", "language": "en", "dataset_id": "0b9f6c1e-5d5e-4a43-9d8e-2f1b7f0c4d21"}
+            ]
+        },
+    )
 
     name: str = Field(min_length=1, max_length=256)
     language: str = "en"
@@ -58,7 +65,10 @@ class VersionFromDataset(BaseModel):
     """JSON new version (extension): train the next version on a stored dataset. Any other
     field is refused, not ignored: name, language, mode and promote are the classifier's."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"dataset_id": "0b9f6c1e-5d5e-4a43-9d8e-2f1b7f0c4d21"}]},
+    )
 
     dataset_id: str
     callback_url: str | None = None
@@ -85,8 +95,17 @@ class ClassifierSummary(BaseModel):
         )
 
 
-class ClassifierList(BaseModel):
-    """``GET /v1/classifiers``."""
+class Paging(BaseModel):
+    """The paging fields of a listing (extension), in its reply only when the request sent
+    ``limit`` or ``offset``: NLC's list had neither, and its clients get the list whole."""
+
+    total: int | None = Field(None, description="Items in the whole listing (paged requests only).")
+    limit: int | None = Field(None, description="The most items this page holds (paged requests only).")
+    offset: int | None = Field(None, description="The index of this page's first item (paged requests only).")
+
+
+class ClassifierList(Paging):
+    """``GET /v1/classifiers``: NLC's list, oldest first; a page of it with ``limit``/``offset``."""
 
     classifiers: list[ClassifierSummary]
 
@@ -293,6 +312,8 @@ class WebhookSecret(BaseModel):
 class ClassifyInput(BaseModel):
     """``POST /v1/classifiers/{id}/classify``."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [{"text": "Is it raining?"}]})
+
     text: str
 
 
@@ -304,6 +325,10 @@ class CollectionItem(BaseModel):
 
 class ClassifyCollectionInput(BaseModel):
     """``POST /v1/classifiers/{id}/classify_collection``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"collection": [{"text": "hot?"}, {"text": "snow?"}]}]}
+    )
 
     collection: list[CollectionItem]
 
@@ -327,6 +352,23 @@ class CollectionResult(BaseModel):
 
 class Classification(CollectionResult):
     """Reply to classify."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "classifier_id": "0b9f6c1e-5d5e-4a43-9d8e-2f1b7f0c4d21",
+                    "url": "http://127.0.0.1:8000/v1/classifiers/0b9f6c1e-5d5e-4a43-9d8e-2f1b7f0c4d21",
+                    "text": "Is it raining?",
+                    "top_class": "conditions",
+                    "classes": [
+                        {"class_name": "conditions", "confidence": 0.93},
+                        {"class_name": "temperature", "confidence": 0.07},
+                    ],
+                }
+            ]
+        }
+    )
 
     classifier_id: str
     url: str
@@ -370,7 +412,24 @@ class DatasetInfo(BaseModel):
         )
 
 
-class DatasetList(BaseModel):
-    """``GET /v1/datasets``."""
+class DatasetList(Paging):
+    """``GET /v1/datasets``: oldest first; a page of it with ``limit``/``offset``."""
 
     datasets: list[DatasetInfo]
+
+
+# --- health ------------------------------------------------------------------------------
+
+
+class Health(BaseModel):
+    """``GET /healthz``: the process is up and answering."""
+
+    status: str = Field(examples=["ok"])
+
+
+class Readiness(BaseModel):
+    """``GET /readyz``: whether this replica can serve (``ready``, 200) or not (``unready``, 503),
+    and each dependency's answer: the database, Redis and the artifact store."""
+
+    status: str = Field(examples=["ready"])
+    checks: dict[str, bool] = Field(examples=[{"database": True, "redis": True, "store": True}])

@@ -20,6 +20,7 @@ from service.core.models import (
     Promote,
     TrainingJob,
 )
+from service.core.paging import Page, page_of
 from service.core.settings import Settings
 from service.core.text import unprintable
 from service.storage.store import ArtifactStore
@@ -29,14 +30,14 @@ from service.training.queue import wake_worker
 from service.webhooks import delivery
 
 # The codes Watson NLC accepted, exactly as its API reference spelled them (lower case).
-_LANGUAGES = ("en", "ar", "fr", "de", "it", "ja", "ko", "pt", "es")
+LANGUAGES = ("en", "ar", "fr", "de", "it", "ja", "ko", "pt", "es")
 
 
 def check_language(language: object, field: str = "language") -> str:
     """One of the language codes NLC accepted, such as ``en`` or ``ja``; BadRequest naming
     ``field`` otherwise."""
-    if not isinstance(language, str) or language not in _LANGUAGES:
-        raise BadRequest(field, f"must be one of NLC's language codes: {', '.join(_LANGUAGES)}")
+    if not isinstance(language, str) or language not in LANGUAGES:
+        raise BadRequest(field, f"must be one of NLC's language codes: {', '.join(LANGUAGES)}")
     return language
 
 
@@ -87,15 +88,17 @@ def create_classifier(
     return classifier
 
 
-def list_classifiers(session: Session, tenant_id: str) -> list[Classifier]:
-    """The tenant's classifiers, oldest first."""
-    return list(
-        session.scalars(
-            select(Classifier)
-            .where(Classifier.tenant_id == tenant_id)
-            .order_by(Classifier.created_at, Classifier.id)
-        )
+def list_classifiers(
+    session: Session, tenant_id: str, *, limit: int | None = None, offset: int = 0
+) -> Page[Classifier]:
+    """The tenant's classifiers, oldest first: ``limit`` of them from the ``offset``-th (all when
+    ``limit`` is None), and how many it has."""
+    query = (
+        select(Classifier)
+        .where(Classifier.tenant_id == tenant_id)
+        .order_by(Classifier.created_at, Classifier.id)
     )
+    return page_of(session, query, limit=limit, offset=offset)
 
 
 def get_classifier(session: Session, tenant_id: str, classifier_id: str) -> Classifier:

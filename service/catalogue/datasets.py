@@ -31,6 +31,7 @@ from service.core.models import (
     TrainingJob,
     new_id,
 )
+from service.core.paging import Page, page_of
 from service.core.text import unprintable
 from service.storage.store import ArtifactStore
 from service.tenants.accounts import well_formed_id
@@ -150,15 +151,17 @@ def create_dataset(
     return dataset
 
 
-def list_datasets(session: Session, tenant_id: str) -> list[Dataset]:
-    """The tenant's uploaded datasets, oldest first (those owned by a classifier are not listed)."""
-    return list(
-        session.scalars(
-            select(Dataset)
-            .where(Dataset.tenant_id == tenant_id, Dataset.origin == DatasetOrigin.UPLOAD.value)
-            .order_by(Dataset.created_at, Dataset.id)
-        )
+def list_datasets(
+    session: Session, tenant_id: str, *, limit: int | None = None, offset: int = 0
+) -> Page[Dataset]:
+    """The tenant's uploaded datasets, oldest first (those owned by a classifier are not listed):
+    ``limit`` of them from the ``offset``-th (all when ``limit`` is None), and how many it has."""
+    query = (
+        select(Dataset)
+        .where(Dataset.tenant_id == tenant_id, Dataset.origin == DatasetOrigin.UPLOAD.value)
+        .order_by(Dataset.created_at, Dataset.id)
     )
+    return page_of(session, query, limit=limit, offset=offset)
 
 
 def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:

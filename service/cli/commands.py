@@ -31,7 +31,7 @@ from service.cli.preflight import (
     require_store,
 )
 from service.cli.supervisor import Supervisor, uvicorn_argv
-from service.client import register as register_client_commands
+from service.client.commands import register as register_client_commands
 from service.core.settings import Settings, get_settings
 
 cli = typer.Typer(
@@ -173,17 +173,29 @@ def _child_env(settings: Settings, admin_key: str) -> dict[str, str]:
 
 
 def _announce(base: str, settings: Settings, key_file: Path, new_key: str | None, workers: int) -> None:
-    typer.echo(f"taas is up with {workers} worker(s)")
-    typer.echo(f"  API        {base}")
-    typer.echo(f"  API docs   {base}/docs")
+    for line in banner(base, settings, key_file, new_key, workers):
+        typer.echo(line)
+
+
+def banner(base: str, settings: Settings, key_file: Path, new_key: str | None, workers: int) -> list[str]:
+    """What `taas up` prints once the API answers: every URL it serves, the admin key (or where
+    it is), how to log in the client, the data folder."""
+    lines = [
+        f"taas is up with {workers} worker(s)",
+        f"  API        {base}",
+        f"  API docs   {base}/docs  (ReDoc: {base}/redoc; the schema: {base}/openapi.json)",
+        f"  dashboard  {base}/ops  (log in with the admin key)",
+        f"  metrics    {base}/metrics  (Prometheus)",
+        f"  probes     {base}/healthz  {base}/readyz",
+    ]
     if settings.admin_key or new_key is None:
-        typer.echo("  admin key  " + ("TAAS_ADMIN_KEY" if settings.admin_key else str(key_file)))
+        lines.append("  admin key  " + ("TAAS_ADMIN_KEY" if settings.admin_key else str(key_file)))
     else:
-        typer.echo(f"  admin key  {new_key}  (shown once; kept in {key_file}, mode 0600)")
+        lines.append(f"  admin key  {new_key}  (shown once; kept in {key_file}, mode 0600)")
     if not settings.admin_key:
-        typer.echo(f"  client     taas login {base} < {key_file}")
-    typer.echo(f"  data       {settings.data_dir}")
-    typer.echo("Press Ctrl-C to stop.")
+        lines.append(f"  client     taas login {base} < {key_file}")
+    lines += [f"  data       {settings.data_dir}", "Press Ctrl-C to stop."]
+    return lines
 
 
 def _client_host(host: str) -> str:

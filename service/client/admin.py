@@ -1,19 +1,23 @@
-"""The administrator's client commands: ``taas tenants create|list|delete|revoke`` (the admin
-key only)."""
+"""The administrator's client commands: ``taas tenants create|list|delete|revoke|quotas`` (the
+admin key only)."""
 
 from __future__ import annotations
 
 import typer
+from rich.table import Table
 
-from service.client.api import ClientError, segments
+from service.client.errors import ClientError
+from service.client.models import Quotas
 from service.client.terminal import (
     JSON_LIST_OPTION,
     JSON_OPTION,
     logged_in_api,
+    new_table,
     one_line_errors,
     out,
     print_json,
 )
+from service.client.units import RATE_QUOTAS, amount, share
 
 tenants = typer.Typer(no_args_is_help=True, help="Tenants and their keys (admin key only).")
 
@@ -23,7 +27,7 @@ tenants = typer.Typer(no_args_is_help=True, help="Tenants and their keys (admin 
 def create_tenant(name: str, as_json: bool = JSON_OPTION) -> None:
     """Create a tenant; its API key is shown only this once."""
     with logged_in_api() as api:
-        created = api.call("POST", "/v1/admin/tenants", json={"name": name})
+        created = api.create_tenant(name)
     if as_json:
         return print_json(created)
     out.print(f"tenant {created['tenant_id']} ({created['name']})")
@@ -68,7 +72,7 @@ def delete_tenant(
     ):
         raise ClientError("nothing deleted")
     with logged_in_api() as api:
-        reply = api.call("DELETE", segments("admin", "tenants", tenant_id))
+        reply = api.delete_tenant(tenant_id)
     if as_json:
         return print_json(reply)
     out.print(
@@ -87,7 +91,56 @@ def revoke_key(
 ) -> None:
     """Revoke one of a tenant's keys (see `taas tenants list`); requests with it fail at once."""
     with logged_in_api() as api:
-        reply = api.call("DELETE", segments("admin", "tenants", tenant_id, "keys", key_id))
+        api.revoke_key(tenant_id, key_id)
     if as_json:
-        return print_json(reply)
+        return print_json({})
     out.print(f"revoked key {key_id} of tenant {tenant_id}")
+
+
+@tenants.command("quotas")
+@one_line_errors
+def quotas(
+    tenant_id: str = typer.Argument(..., metavar="TENANT_ID"),
+    changes: list[str] = typer.Option(
+        [],
+        "--set",
+        metavar="QUOTA=VALUE",
+        help="Override a quota (VALUE a whole number), or put it back to the default (VALUE default).",
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """A tenant's quotas: what it uses of each, in MiB or GiB where they count bytes, and how
+    much that is of the quota; --set changes some first."""
+    overrides = dict(_override(change) for change in changes)
+    with logged_in_api() as api:
+        found = api.set_quotas(tenant_id, overrides) if overrides else api.tenant_quotas(tenant_id)
+    if as_json:
+        return print_json(found)
+    out.print(quotas_table(found))
+
+
+def quotas_table(found: Quotas) -> Table:
+    """Each quota: the usage, the limit (``default`` or ``set``) and the share of it used."""
+    table = new_table("quota", "used", "limit", "", "share")
+    for name, limit in found["quotas"].items():
+        used = found["usage"].get(name)
+        origin = "set" if found["overrides"].get(name) is not None else "default"
+        if name in RATE_QUOTAS or used is None:
+            table.add_row(name, "", amount(name, limit), origin, "")
+        else:
+            table.add_row(name, amount(name, used), amount(name, limit), origin, share(used, limit))
+    return table
+
+
+def _override(change: str) -> tuple[str, int | None]:
+    name, _, value = change.partition("=")
+    if not name or not value:
+        raise ClientError(
+            f"--set {change!r}: write QUOTA=VALUE, such as classifiers=500 or classifiers=default"
+        )
+    if value == "default":
+        return name, None
+    try:
+        return name, int(value.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise ClientError(f"--set {change!r}: the value is a whole number, or default") from None

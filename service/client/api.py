@@ -1,28 +1,54 @@
-"""The client's HTTP calls: one method per request, every failure a one-line ClientError."""
+"""The typed Python client of the taas API: one method per request, for the routes the
+``ibm-watson`` SDK does not cover (datasets, versions and promote, bundles, webhooks, evaluation,
+administration) as well as NLC's own; every failure a one-line :class:`ClientError`. The
+``taas`` client commands are built on it::
+
+    from service.client import Api
+
+    with Api("http://127.0.0.1:8000", KEY) as taas:
+        dataset = taas.upload_dataset(Path("weather.csv"), "weather")
+        classifier = taas.create_classifier_from_dataset(dataset["dataset_id"], "weather")
+        ...
+
+Methods take whole ids; :meth:`Api.find_classifier` and :meth:`Api.find_dataset` turn a name or
+the start of an id into one. Replies are the server's JSON, typed (:mod:`service.client.models`).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
+from service.client import refs
+from service.client.admin_calls import AdminCalls
+from service.client.errors import ClientError
+from service.client.models import (
+    Classification,
+    ClassifiedText,
+    Classifier,
+    ClassifierSummary,
+    Dataset,
+    Metrics,
+    TrainingEvents,
+    Version,
+    VersionList,
+)
+from service.client.paths import segments
+
+__all__ = ["Api", "ClientError", "segments"]
+
 TIMEOUT = httpx.Timeout(30.0, read=300.0)  # an upload is validated before the reply comes
 TENANTS_PER_CALL = 1000  # the most GET /v1/admin/tenants gives a page
+ITEMS_PER_CALL = 1000  # the most GET /v1/classifiers and /v1/datasets give a page
 
 
-class ClientError(Exception):
-    """A failure the user can read in one line (the command prints it and exits 1); ``status``
-    is the HTTP status when the server answered."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Api:
+class Api(AdminCalls):
     """The taas HTTP API at ``url`` as ``key`` (a tenant's key or the admin key)."""
 
     def __init__(self, url: str, key: str) -> None:
@@ -57,22 +83,221 @@ class Api:
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """Send one request; the decoded JSON reply, or ClientError naming what went wrong."""
-        try:
-            reply = self.http.request(method, path, **kwargs)
-        except httpx.InvalidURL as error:
-            raise ClientError(f"{self.url!r} is not a valid URL ({error})") from None
-        except UnicodeEncodeError:  # a surrogate-escaped byte from the command line
-            raise ClientError("an argument is not valid UTF-8") from None
-        except httpx.HTTPError as error:
-            raise ClientError(f"cannot reach {self.url}: {error or type(error).__name__}") from None
-        if reply.is_success:
+        with self._sending(method, path, kwargs) as reply:
+            reply.read()
             try:
                 return reply.json()
             except ValueError:
                 raise ClientError(
                     f"{self.url} answered {method} {path} with no JSON: is it a taas platform?"
                 ) from None
-        raise ClientError(_describe(reply), reply.status_code)
+
+    @contextmanager
+    def _sending(self, method: str, path: str, kwargs: dict[str, Any]) -> Iterator[httpx.Response]:
+        """The reply to one request, streamed, if it succeeded; ClientError otherwise."""
+        try:
+            with self.http.stream(method, path, **kwargs) as reply:
+                if not reply.is_success:
+                    reply.read()
+                    raise ClientError(_describe(reply), reply.status_code)
+                yield reply
+        except httpx.InvalidURL as error:
+            raise ClientError(f"{self.url!r} is not a valid URL ({error})") from None
+        except UnicodeEncodeError:  # a surrogate-escaped byte from the command line
+            raise ClientError("an argument is not valid UTF-8") from None
+        except httpx.HTTPError as error:
+            raise ClientError(f"cannot reach {self.url}: {error or type(error).__name__}") from None
+
+    # --- classifiers (NLC v1, and the extensions on them) ------------------------------------
+
+    def list_classifiers(self) -> list[ClassifierSummary]:
+        """Every classifier of the tenant, oldest first (read a page at a time)."""
+        found: list[ClassifierSummary] = self._all("classifiers")
+        return found
+
+    def get_classifier(self, classifier_id: str) -> Classifier:
+        """A classifier's status, training progress and, once Available, metrics."""
+        found: Classifier = self.call("GET", segments("classifiers", classifier_id))
+        return found
+
+    def create_classifier(self, file: Path, name: str, language: str = "en", **extras: str) -> Classifier:
+        """A new classifier trained on FILE, NLC's headerless ``text,class`` CSV; ``extras`` are
+        more fields of its ``training_metadata`` (``callback_url``, ``promote``, ``mode``)."""
+        metadata = {"name": name, "language": language, **extras}
+        created: Classifier = self.post_nlc_csv("/v1/classifiers", file, metadata)
+        return created
+
+    def create_classifier_from_dataset(
+        self, dataset_id: str, name: str, language: str = "en", **extras: str
+    ) -> Classifier:
+        """A new classifier trained on a stored dataset; ``extras`` as for :meth:`create_classifier`."""
+        body = {"name": name, "language": language, "dataset_id": dataset_id, **extras}
+        created: Classifier = self.call("POST", "/v1/classifiers", json=body)
+        return created
+
+    def delete_classifier(self, classifier_id: str) -> None:
+        """Delete a classifier, its versions, models and training data (its training stops)."""
+        self.call("DELETE", segments("classifiers", classifier_id))
+
+    def cancel_training(self, classifier_id: str) -> Classifier:
+        """Stop a training and keep its last checkpoint."""
+        found: Classifier = self.call("POST", segments("classifiers", classifier_id, "cancel"))
+        return found
+
+    def resume_training(self, classifier_id: str) -> Classifier:
+        """Continue a cancelled training from its last checkpoint."""
+        found: Classifier = self.call("POST", segments("classifiers", classifier_id, "resume"))
+        return found
+
+    def training_events(self, classifier_id: str) -> TrainingEvents:
+        """The training's timeline and the classifier's status events with their deliveries."""
+        found: TrainingEvents = self.call("GET", segments("classifiers", classifier_id, "events"))
+        return found
+
+    def classify(self, classifier_id: str, text: str, *, version: int | None = None) -> Classification:
+        """Classify one text (with ``version``, that version rather than the serving one)."""
+        path = segments("classifiers", classifier_id, "classify")
+        answer: Classification = self.call("POST", path, json={"text": text}, params=_version(version))
+        return answer
+
+    def classify_collection(
+        self, classifier_id: str, texts: list[str], *, version: int | None = None
+    ) -> list[ClassifiedText]:
+        """Classify up to ``TAAS_MAX_COLLECTION`` texts in one call; one answer a text, in order."""
+        path = segments("classifiers", classifier_id, "classify_collection")
+        body = {"collection": [{"text": text} for text in texts]}
+        answers: list[ClassifiedText] = self.call("POST", path, json=body, params=_version(version))[
+            "collection"
+        ]
+        return answers
+
+    def evaluation(self, classifier_id: str, *, version: int | None = None) -> Metrics | None:
+        """The evaluation of the serving version (or of ``version``) on its held-out texts, once
+        it is Available (None before): accuracy, macro F1, per-class figures, the confusion."""
+        if version is None:
+            return self.get_classifier(classifier_id)["metrics"]
+        return self.get_version(classifier_id, version)["metrics"]
+
+    # --- versions (extension) ----------------------------------------------------------------
+
+    def list_versions(self, classifier_id: str) -> VersionList:
+        """Every version of a classifier, oldest first, and the serving one's number."""
+        found: VersionList = self.call("GET", segments("classifiers", classifier_id, "versions"))
+        return found
+
+    def get_version(self, classifier_id: str, version: int) -> Version:
+        """One version: its status, dataset, progress and, once Available, metrics."""
+        found: Version = self.call("GET", segments("classifiers", classifier_id, "versions", version))
+        return found
+
+    def create_version(self, classifier_id: str, file: Path, *, callback_url: str | None = None) -> Version:
+        """Train the next version on FILE (NLC's CSV) while the serving version keeps serving."""
+        metadata = None if callback_url is None else {"callback_url": callback_url}
+        path = segments("classifiers", classifier_id, "versions")
+        created: Version = self.post_nlc_csv(path, file, metadata)
+        return created
+
+    def create_version_from_dataset(
+        self, classifier_id: str, dataset_id: str, *, callback_url: str | None = None
+    ) -> Version:
+        """Train the next version on a stored dataset."""
+        body = {"dataset_id": dataset_id}
+        if callback_url is not None:
+            body["callback_url"] = callback_url
+        path = segments("classifiers", classifier_id, "versions")
+        created: Version = self.call("POST", path, json=body)
+        return created
+
+    def promote_version(self, classifier_id: str, version: int) -> Version:
+        """Serve ``version`` (an older one rolls back), on every API replica at once."""
+        path = segments("classifiers", classifier_id, "versions", version, "promote")
+        promoted: Version = self.call("POST", path)
+        return promoted
+
+    def delete_version(self, classifier_id: str, version: int) -> None:
+        """Delete a version that does not serve."""
+        self.call("DELETE", segments("classifiers", classifier_id, "versions", version))
+
+    # --- bundles (extension) -----------------------------------------------------------------
+
+    def export_bundle(self, classifier_id: str, dest: Path, *, version: int | None = None) -> Path:
+        """Write the serving version's model (or ``version``'s) as a bundle file at ``dest``."""
+        if version is None:
+            path = segments("classifiers", classifier_id, "bundle")
+        else:
+            path = segments("classifiers", classifier_id, "versions", version, "bundle")
+        with self._sending("GET", path, {}) as reply:
+            try:
+                with open(dest, "wb") as out:
+                    for chunk in reply.iter_bytes():
+                        out.write(chunk)
+            except OSError as error:
+                raise ClientError(f"cannot write {dest}: {error.strerror or error}") from None
+        return dest
+
+    def import_bundle(
+        self, bundle: Path, *, name: str | None = None, language: str | None = None
+    ) -> Classifier:
+        """A new Available classifier from a bundle file (the exporter's name and language
+        unless given)."""
+        fields = {key: value for key, value in (("name", name), ("language", language)) if value is not None}
+        with _open(bundle) as data:
+            files = {"bundle": ("model.taas", data, "application/gzip")}
+            created: Classifier = self.call("POST", "/v1/classifiers/import", files=files, data=fields)
+        return created
+
+    # --- datasets (extension) ----------------------------------------------------------------
+
+    def upload_dataset(self, path: Path, name: str | None) -> Dataset:
+        """Store a labelled file (CSV with a text,label header, or JSON Lines) as a dataset."""
+        params = {"name": name} if name else {}
+        kind = "application/x-ndjson" if path.suffix.lower() in {".jsonl", ".ndjson"} else "text/csv"
+        with _open(path) as data:
+            headers = {"Content-Type": kind}
+            stored: Dataset = self.call("POST", "/v1/datasets", params=params, content=data, headers=headers)
+        return stored
+
+    def list_datasets(self) -> list[Dataset]:
+        """Every uploaded dataset of the tenant, oldest first (read a page at a time)."""
+        found: list[Dataset] = self._all("datasets")
+        return found
+
+    def get_dataset(self, dataset_id: str) -> Dataset:
+        """One stored dataset: rows, classes, size, SHA-256."""
+        found: Dataset = self.call("GET", segments("datasets", dataset_id))
+        return found
+
+    def delete_dataset(self, dataset_id: str) -> None:
+        """Delete a dataset (refused while a classifier may still train on it)."""
+        self.call("DELETE", segments("datasets", dataset_id))
+
+    # --- webhooks (extension) ----------------------------------------------------------------
+
+    def webhook_secret(self) -> str:
+        """The secret that signs the tenant's status webhooks (see ``service.client.webhooks``)."""
+        return str(self.call("GET", "/v1/webhook_secret")["secret"])
+
+    def rotate_webhook_secret(self) -> str:
+        """Replace the signing secret; the new one."""
+        return str(self.call("POST", "/v1/webhook_secret")["secret"])
+
+    # --- names and id prefixes ---------------------------------------------------------------
+
+    def find_classifier(self, ref: str) -> str:
+        """The id of the classifier ``ref`` names: its id, a unique start of it, or its name;
+        ClientError when none or several match."""
+        if refs.is_full_id(ref):
+            return ref
+        listed = ((c["classifier_id"], c["name"]) for c in self.list_classifiers())
+        return refs.resolve("classifier", ref, listed)
+
+    def find_dataset(self, ref: str) -> str:
+        """As :meth:`find_classifier`, for a stored dataset."""
+        if refs.is_full_id(ref):
+            return ref
+        return refs.resolve("dataset", ref, ((d["dataset_id"], d["name"]) for d in self.list_datasets()))
+
+    # --- administration (the admin key) ------------------------------------------------------
 
     def is_admin(self) -> bool:
         """Whether the key is the admin key (True) or a tenant's (False); ClientError if neither,
@@ -108,18 +333,22 @@ class Api:
                 return found
             page += 1
 
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _all(self, listing: str) -> Any:
+        """Every item of ``GET /v1/<listing>``, a page at a time (an older server, which sends
+        no ``total``, answers the whole list at once)."""
+        found: list[Any] = []
+        while True:
+            page = self.call("GET", f"/v1/{listing}", params={"limit": ITEMS_PER_CALL, "offset": len(found)})
+            self._check_shape(page, listing)
+            found += page[listing]
+            if "total" not in page or not page[listing] or len(found) >= page["total"]:
+                return found
+
     def _check_shape(self, reply: Any, key: str) -> None:
         if not (isinstance(reply, dict) and isinstance(reply.get(key), list)):
             raise ClientError(f"{self.url} does not answer as a taas platform (no {key!r} list)")
-
-    def upload_dataset(self, path: Path, name: str | None) -> Any:
-        """Store a labelled file (CSV with a text,label header, or JSON Lines) as a dataset."""
-        params = {"name": name} if name else {}
-        kind = "application/x-ndjson" if path.suffix.lower() in {".jsonl", ".ndjson"} else "text/csv"
-        with _open(path) as data:
-            return self.call(
-                "POST", "/v1/datasets", params=params, content=data, headers={"Content-Type": kind}
-            )
 
     def post_nlc_csv(self, path: str, file: Path, metadata: dict[str, str] | None) -> Any:
         """POST a headerless ``text,class`` CSV (and ``training_metadata``) as NLC's multipart
@@ -132,15 +361,8 @@ class Api:
             return self.call("POST", path, files=files)
 
 
-def segments(*parts: str | int) -> str:
-    """The API path ``/v1/<part>/<part>…``, each part percent-encoded: an id given on the
-    command line is one segment, so ``../datasets/ID`` cannot reach another resource. A part
-    of ``.`` or ``..`` is refused: encoding leaves dots as they are, and the URL's dot segments
-    would be resolved (``tenants revoke TID ..`` sent ``DELETE /v1/admin/tenants/TID``)."""
-    for part in map(str, parts):
-        if part in {"", ".", ".."}:
-            raise ClientError(f"{part!r} is not an id" if part else "an id cannot be empty")
-    return "/v1/" + "/".join(quote(str(part), safe="") for part in parts)
+def _version(version: int | None) -> dict[str, int]:
+    return {} if version is None else {"version": version}
 
 
 def _describe(reply: httpx.Response) -> str:

@@ -1,6 +1,7 @@
-"""What every client command shares: the consoles it prints on, its ``--json`` options, the
-API of the saved login, a table whose ids are never shortened, and one line on stderr, exit
-status 1, for any failure."""
+"""What every client command shares: the consoles it prints on, its ``--json`` and ``--wait``
+options and its classifier argument, the API of the saved login, a table whose ids are never
+shortened, the line an empty listing prints, and one line on stderr, exit status 1, for any
+failure."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from service.client import config
-from service.client.api import Api, ClientError
+from service.client.api import Api
+from service.client.errors import ClientError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -23,6 +25,11 @@ JSON_OPTION = typer.Option(False, "--json", help="Print the server's JSON reply 
 # classify and the listings print a list the client builds: classify's has one result per text
 # (online or offline, where there is no server), a listing's every item (docs/cli.md)
 JSON_LIST_OPTION = typer.Option(False, "--json", help="Print a JSON list instead of a table (for scripts).")
+
+WAIT_OPTION = typer.Option(False, "--wait", help="Follow the training to its end; exit 1 unless Available.")
+CLASSIFIER_ARGUMENT = typer.Argument(
+    ..., metavar="CLASSIFIER", help="A classifier's id, a unique start of its id, or its name."
+)
 
 # soft_wrap: a line is printed whole (a failure is one line on stderr, however long); tables
 # still fit the terminal
@@ -55,6 +62,12 @@ def logged_in_api() -> Api:
 def print_json(value: object) -> None:
     """``value`` as indented JSON on stdout (``--json``)."""
     typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def nothing_here(message: str) -> None:
+    """What an empty listing prints instead of an empty table (which read as a command that did
+    nothing): ``message``, which says how to make the first one."""
+    out.print(message, highlight=False)
 
 
 def new_table(*columns: str) -> Table:

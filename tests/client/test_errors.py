@@ -16,7 +16,7 @@ import pytest
 import typer
 from click.testing import Result
 
-from service.client import commands, follow
+from service.client import commands, follow, training_files
 from service.client.api import ClientError, segments
 from tests.client.local_server import serving
 from tests.e2e.conftest import Platform
@@ -256,7 +256,7 @@ def test_a_training_file_is_told_by_its_first_line_that_is_not_blank(
     file = tmp_path / "data.json"
     file.write_text(content, encoding="utf-8")
 
-    assert commands._is_labelled(file) is labelled
+    assert training_files.is_labelled(file) is labelled
 
 
 def test_a_blank_name_or_text_is_refused_before_any_request(
@@ -291,7 +291,7 @@ def test_the_servers_collection_index_is_told_as_the_text_number(
 
     with serving(Refuse) as url:
         monkeypatch.setattr(commands, "logged_in_api", lambda: commands.Api(url, "k"))
-        result = taas("classify", "some-id", "a", "b", "c", "d" * 5000)
+        result = taas("classify", "0b9f6c1e-5d5e-4a43-9d8e-2f1b7f0c4d21", "a", "b", "c", "d" * 5000)
 
     assert result.exit_code == 1
     assert result.stderr == "error: 400 Bad Request: TEXT 4: text has 5000 characters; the limit is 2048\n"

@@ -48,8 +48,10 @@ ID_ROUTES = [
 
 
 def _routes(app: FastAPI) -> list[tuple[str, str]]:
-    # The OpenAPI schema lists every API route (FastAPI nests included routers in app.routes).
-    return sorted((method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops)
+    # The OpenAPI schema lists every API route (FastAPI nests included routers in app.routes);
+    # those that take a key are under /v1 (the health probes take none).
+    paths = app.openapi()["paths"].items()
+    return sorted((method.upper(), path) for path, ops in paths if path.startswith("/v1/") for method in ops)
 
 
 def _call(

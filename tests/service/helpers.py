@@ -5,10 +5,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import uvicorn
+from fastapi import FastAPI
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -105,3 +112,24 @@ def make_available(
         now=utcnow(),
     )
     return classifier_id
+
+
+@contextmanager
+def serving_in_thread(app: FastAPI) -> Iterator[int]:
+    """``app`` under uvicorn on a free local port (yielded), in a thread, until the block ends:
+    for clients that need a real socket (slow senders, generated clients, the ``taas`` commands)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    running = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not running.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        running.should_exit = True
+        thread.join(timeout=30)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from functools import partial
-from typing import IO, Any, cast
+from typing import IO, Annotated, Any, cast
 
-from fastapi import BackgroundTasks, Request
+from fastapi import BackgroundTasks, Query, Request
 from fastapi.responses import FileResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from service.api import bodies
 from service.api.deps import ClassifierDep, SessionDep, SettingsDep, StoreDep, TenantDep, without_db_slot
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
@@ -105,9 +106,15 @@ def still_there(
     return lambda: session.scalar(select(entity.id).where(entity.id == pk)) is not None
 
 
-@router.post("/import", response_model=ClassifierInfo, status_code=201)
+@router.post("/import", response_model=ClassifierInfo, status_code=201, openapi_extra=bodies.BUNDLE_IMPORT)
 async def import_bundle(
-    request: Request, tenant: TenantDep, session: SessionDep, settings: SettingsDep, store: StoreDep
+    request: Request,
+    tenant: TenantDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    name: Annotated[str | None, Query(description="The new classifier's name (a raw body's).")] = None,
+    language: Annotated[str | None, Query(description="Its language code (a raw body's).")] = None,
 ) -> ClassifierInfo:
     """A new Available classifier from a bundle: multipart part ``bundle`` (with optional
     ``name`` and ``language`` fields) or the raw body; 400 naming the problem of a bad bundle."""
@@ -132,8 +139,8 @@ async def import_bundle(
                     settings,
                     tenant_id=tenant.id,
                     bundle=source,
-                    name=fields.get("name", request.query_params.get("name")),
-                    language=fields.get("language", request.query_params.get("language")),
+                    name=fields.get("name", name),
+                    language=fields.get("language", language),
                     now=now,
                 )
             ),

@@ -7,11 +7,12 @@ from functools import lru_cache, partial
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from service.api import intake
+from service.api import bodies, intake
 from service.api.deps import (
     ClassifierDep,
     InvalidationsDep,
     ModelCacheDep,
+    PageDep,
     SessionDep,
     SettingsDep,
     StoreDep,
@@ -61,7 +62,7 @@ def _base_url(scheme: str, host: bytes | None, server: tuple[str, int] | None, r
     return str(Request(scope).base_url).rstrip("/")
 
 
-@router.post("", response_model=ClassifierInfo)
+@router.post("", response_model=ClassifierInfo, openapi_extra=bodies.NEW_CLASSIFIER)
 async def create_classifier(
     request: Request, tenant: TenantDep, session: SessionDep, settings: SettingsDep, store: StoreDep
 ) -> ClassifierInfo:
@@ -81,11 +82,15 @@ async def create_classifier(
     return ClassifierInfo.build_info(classifier, job_views.shown_job(session, classifier), base_url(request))
 
 
-@router.get("", response_model=ClassifierList)
-def list_classifiers(request: Request, tenant: TenantDep, session: SessionDep) -> ClassifierList:
-    """Every classifier of the caller's tenant."""
-    found = classifiers.list_classifiers(session, tenant.id)
-    return ClassifierList(classifiers=[ClassifierSummary.build(c, base_url(request)) for c in found])
+@router.get("", response_model=ClassifierList, response_model_exclude_unset=True)
+def list_classifiers(
+    request: Request, tenant: TenantDep, session: SessionDep, page: PageDep
+) -> ClassifierList:
+    """Every classifier of the caller's tenant, oldest first; with ``limit`` or ``offset``
+    (extension) a page of them, and the paging fields."""
+    found = classifiers.list_classifiers(session, tenant.id, limit=page.limit, offset=page.offset)
+    shown = [ClassifierSummary.build(c, base_url(request)) for c in found.items]
+    return ClassifierList(classifiers=shown, **page.reply_fields(found.total))
 
 
 @router.get("/{classifier_id}", response_model=ClassifierInfo)

@@ -5,8 +5,16 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from service.api import intake
-from service.api.deps import DatasetDep, SessionDep, SettingsDep, StoreDep, TenantDep, without_db_slot
+from service.api import bodies, intake
+from service.api.deps import (
+    DatasetDep,
+    PageDep,
+    SessionDep,
+    SettingsDep,
+    StoreDep,
+    TenantDep,
+    without_db_slot,
+)
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import DatasetInfo, DatasetList
@@ -16,27 +24,7 @@ from service.catalogue import datasets
 router = Router(prefix="/v1/datasets", tags=["datasets"])
 
 
-_UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "text/csv": {"schema": {"type": "string"}},
-            "application/x-ndjson": {"schema": {"type": "string"}},
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "properties": {
-                        "training_data": {"type": "string", "format": "binary"},
-                        "name": {"type": "string"},
-                    },
-                }
-            },
-        },
-    }
-}
-
-
-@router.post("", response_model=DatasetInfo, status_code=201, openapi_extra=_UPLOAD_BODY)
+@router.post("", response_model=DatasetInfo, status_code=201, openapi_extra=bodies.DATASET_UPLOAD)
 async def upload_dataset(
     request: Request,
     tenant: TenantDep,
@@ -57,11 +45,13 @@ async def upload_dataset(
     return DatasetInfo.build(dataset, base_url(request))
 
 
-@router.get("", response_model=DatasetList)
-def list_datasets(request: Request, tenant: TenantDep, session: SessionDep) -> DatasetList:
-    """The tenant's uploaded datasets."""
-    found = datasets.list_datasets(session, tenant.id)
-    return DatasetList(datasets=[DatasetInfo.build(d, base_url(request)) for d in found])
+@router.get("", response_model=DatasetList, response_model_exclude_unset=True)
+def list_datasets(request: Request, tenant: TenantDep, session: SessionDep, page: PageDep) -> DatasetList:
+    """The tenant's uploaded datasets, oldest first; with ``limit`` or ``offset`` a page of
+    them, and the paging fields."""
+    found = datasets.list_datasets(session, tenant.id, limit=page.limit, offset=page.offset)
+    shown = [DatasetInfo.build(d, base_url(request)) for d in found.items]
+    return DatasetList(datasets=shown, **page.reply_fields(found.total))
 
 
 @router.get("/{dataset_id}", response_model=DatasetInfo)

@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from service.api import intake
+from service.api import bodies, intake
 from service.api.deps import (
     ClassifierDep,
     InvalidationsDep,
@@ -39,7 +39,7 @@ def _info(request: Request, session: Session, classifier: Classifier, number: in
     return VersionInfo.build(view.versions[0], view.serving_version, job, base_url(request))
 
 
-@router.post("", response_model=VersionInfo, status_code=201)
+@router.post("", response_model=VersionInfo, status_code=201, openapi_extra=bodies.NEW_VERSION)
 async def create_version(
     request: Request, classifier: ClassifierDep, session: SessionDep, settings: SettingsDep, store: StoreDep
 ) -> VersionInfo:

@@ -78,6 +78,26 @@ const duration = (s) => (s === null || s === undefined ? "—" : s < 90 ? `${Mat
 const eta = (job) => (job.phase === "training" ? duration(job.eta_seconds) : "—");
 const num = (v, digits = 1) => (v === null || v === undefined ? "—" : Number(v).toFixed(digits));
 
+/* A quota as people read it: sizes in KiB/MiB/GiB, counts with separators, the share used
+   (as `taas tenants quotas` prints it, service/client/units.py). */
+const SIZE_UNITS = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
+function size(count) {
+  let value = count, unit = 0;
+  while (value >= 1024 && unit < SIZE_UNITS.length - 1) { value /= 1024; unit += 1; }
+  return unit === 0 ? `${count.toLocaleString("en")} bytes` : `${value.toFixed(1).replace(/\.0$/, "")} ${SIZE_UNITS[unit]}`;
+}
+function share(used, limit) {
+  if (limit <= 0) return used ? "over" : "no room";
+  const percent = (100 * used) / limit;
+  return percent > 0 && percent < 0.1 ? "<0.1%" : `${percent.toFixed(1).replace(/\.0$/, "")}%`;
+}
+function quotaText(name, used, limit) {
+  const amount = (v) => (name === "dataset_bytes" ? size(v) : Number(v).toLocaleString("en"));
+  if (name === "classify_rps") return `${name}: ${amount(limit)} texts/s`;
+  if (used === undefined || used === null) return `${name}: ${amount(limit)}`;
+  return `${name}: ${amount(used)} of ${amount(limit)} (${share(used, limit)})`;
+}
+
 function progressBar(job) {
   const pct = Math.round(100 * (job.fraction || 0));
   const filled = el("span");
@@ -200,7 +220,7 @@ const pages = {
       }
       document.getElementById("tenants").replaceChildren(...data.tenants.map((t) => {
         const base = `/tenants/${encodeURIComponent(t.tenant_id)}/keys`;
-        const quota = Object.entries(t.quotas).map(([k, v]) => `${k}: ${t.usage[k] ?? "—"} / ${v}`).join(" · ");
+        const quota = Object.entries(t.quotas).map(([k, v]) => quotaText(k, t.usage[k], v)).join(" · ");
         return el("section", { class: "card" },
           el("h2", {}, t.name), el("p", { class: "muted" }, `${t.tenant_id} · since ${when(t.created)}`),
           el("p", {}, quota),

@@ -80,11 +80,21 @@ def show_classifier(classifier: str = CLASSIFIER_ARGUMENT, as_json: bool = JSON_
         ("created", found["created"]),
         ("training", progress_line(dict(progress)) if progress else None),
         ("evaluation", metrics_line(dict(metrics)) or None),
+        ("model", _model_line(found.get("model"))),
     ]
     for label, value in rows:
         if value is not None:
             table.add_row(Text(label, style="bold"), value)
     out.print(table)
+
+
+def _model_line(model: Any) -> str | None:
+    """What the serving version's model reads, in a few words (None before one is Available)."""
+    if not model:
+        return None
+    if model.get("encoder"):
+        return f"n-grams and the sentence encoder {model['encoder']}"
+    return "n-grams"
 
 
 @classifiers.command("delete")

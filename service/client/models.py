@@ -42,6 +42,16 @@ class Metrics(TypedDict, total=False):
     confusion: Any
 
 
+class ModelKind(TypedDict, total=False):
+    """What an Available version's model reads: ``kind`` "n-grams", or "sentence-encoder+n-grams"
+    with the ``encoder``'s name, ``encoder_sha256`` and ``encoder_layers``."""
+
+    kind: str
+    encoder: str
+    encoder_sha256: str
+    encoder_layers: list[int]
+
+
 class ClassifierSummary(TypedDict):
     """An entry of ``GET /v1/classifiers``."""
 
@@ -63,6 +73,7 @@ class Classifier(ClassifierSummary):
     latest_version: int
     promote: str
     mode: str
+    model: ModelKind | None
 
 
 class ClassifiedClass(TypedDict):
@@ -101,6 +112,7 @@ class Version(TypedDict):
     updated: str
     progress: Progress | None
     metrics: Metrics | None
+    model: ModelKind | None
 
 
 class VersionList(TypedDict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import shutil
 import threading
@@ -159,6 +160,44 @@ def test_available_classifier_reports_metrics(client: TestClient, tenant: Any, a
 
     assert body["status"] == "Available"
     assert body["metrics"] == {"accuracy": 1.0}
+
+
+def test_a_version_trained_before_encoders_reads_n_grams(
+    client: TestClient, tenant: Any, available: str
+) -> None:
+    body = client.get(f"/v1/classifiers/{available}", headers=tenant.headers).json()
+    [version] = client.get(f"/v1/classifiers/{available}/versions", headers=tenant.headers).json()["versions"]
+
+    assert body["model"] == version["model"] == {"kind": "n-grams"}
+    assert client.post(
+        f"/v1/classifiers/{available}/classify", json={"text": "will it rain"}, headers=tenant.headers
+    ).json()["top_class"]
+
+
+def test_an_encoder_classifier_says_what_it_reads_and_classifies(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., Any],
+    session: Session,
+    store: ArtifactStore,
+    encoder_model: Path,
+) -> None:
+    cid = create_classifier(tenant).json()["classifier_id"]
+    metrics = json.loads((encoder_model / "model.json").read_text())["metrics"]
+    make_available(session, store, tenant.id, cid, encoder_model, metrics=metrics)
+
+    body = client.get(f"/v1/classifiers/{cid}", headers=tenant.headers).json()
+    classified = client.post(
+        f"/v1/classifiers/{cid}/classify", json={"text": "is a downpour on the way"}, headers=tenant.headers
+    )
+
+    assert body["model"] == {
+        "kind": "sentence-encoder+n-grams",
+        "encoder": MINILM.name,
+        "encoder_sha256": shared_encoder(MINILM.name).sha256,
+        "encoder_layers": list(MINILM.layers),
+    }
+    assert classified.status_code == 200 and classified.json()["classes"]
 
 
 def test_unreadable_model_is_503_without_naming_the_store(

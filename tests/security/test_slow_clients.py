@@ -12,13 +12,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import event
@@ -26,6 +24,7 @@ from sqlalchemy import event
 from service.app import create_app
 from service.core.db import POOL_CONNECTIONS, POOL_TIMEOUT_S
 from service.core.settings import Settings
+from tests.security.conftest import serving
 from tests.service.helpers import nlc_files
 from trainer.bundle import write_bundle
 
@@ -35,7 +34,7 @@ IDLE_S = 2.0
 @pytest.fixture
 def server(settings_factory: Callable[..., Settings]) -> Iterator[tuple[int, FastAPI]]:
     """The API on a free local port, in a thread, with a short body idle limit."""
-    with _serving(create_app(settings_factory(body_idle_seconds=IDLE_S))) as served:
+    with serving(create_app(settings_factory(body_idle_seconds=IDLE_S))) as served:
         yield served
 
 
@@ -43,25 +42,8 @@ def server(settings_factory: Callable[..., Settings]) -> Iterator[tuple[int, Fas
 def patient_server(settings_factory: Callable[..., Settings]) -> Iterator[tuple[int, FastAPI]]:
     """The API on a free local port, in a thread, with a body idle limit past the pool's
     timeout: a stalled body is not refused before another request would have waited it out."""
-    with _serving(create_app(settings_factory(body_idle_seconds=POOL_TIMEOUT_S * 2))) as served:
+    with serving(create_app(settings_factory(body_idle_seconds=POOL_TIMEOUT_S * 2))) as served:
         yield served
-
-
-@contextmanager
-def _serving(app: FastAPI) -> Iterator[tuple[int, FastAPI]]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    running = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=running.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not running.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    yield port, app
-    running.should_exit = True
-    thread.join(timeout=30)
 
 
 def _start_upload(

@@ -239,9 +239,9 @@ def test_an_export_onto_a_full_disk_is_503_saying_so(
     export said the model could not be read, and the file's close raised again (a 500)."""
     real_temp_path = ArtifactStore.temp_path
 
-    def staging(store: ArtifactStore, suffix: str = "") -> Path:
+    def staging(store: ArtifactStore, suffix: str = "", owner: str | None = None) -> Path:
         if suffix != ".taas":
-            return real_temp_path(store, suffix)
+            return real_temp_path(store, suffix, owner=owner)
         full = tmp_path / "full.taas"
         full.symlink_to("/dev/full")
         return full

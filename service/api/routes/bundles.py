@@ -7,13 +7,21 @@ from collections.abc import Callable
 from functools import partial
 from typing import IO, Any, cast
 
-from fastapi import BackgroundTasks, Request
+from fastapi import Request
 from fastapi.responses import FileResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import ClassifierDep, SessionDep, SettingsDep, StoreDep, TenantDep, without_db_slot
+from service.api.deps import (
+    ClassifierDep,
+    SessionDep,
+    SettingsDep,
+    StagingDep,
+    StoreDep,
+    TenantDep,
+    without_db_slot,
+)
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import ClassifierInfo
@@ -21,31 +29,29 @@ from service.api.uploads import RAW_BODY, Upload, read_upload
 from service.catalogue import bundles
 from service.core.errors import BadRequest, unavailable
 from service.core.models import Classifier, ClassifierVersion, utcnow
-from service.storage.store import ArtifactStore
+from service.tenants.staging import Staging
 
 router = Router(prefix="/v1/classifiers", tags=["bundles"])
 BUNDLE_MEDIA_TYPE = "application/gzip"
 
 
-def bundle_response(
-    store: ArtifactStore, cleanup: BackgroundTasks, filename: str, write: Callable[[IO[bytes]], None]
-) -> FileResponse:
-    """The bundle that ``write`` writes, sent as a file download and removed afterwards. The
+def bundle_response(staging: Staging, filename: str, write: Callable[[IO[bytes]], None]) -> FileResponse:
+    """The bundle that ``write`` writes, staged in the tenant's name and sent as a file download;
+    the request's :class:`Staging` removes it once the request ends, whatever the reply did. It
+    counts against the tenant's ``dataset_bytes`` quota meanwhile (403 once over: refused before
+    it is written when nothing fits, removed again when it does not fit once written). The
     staging file is unbuffered, and its failures (a full disk) are a 503 saying so: they were
     reported as the model being unreadable, and the flush when the file closed raised again,
     a 500."""
-    path = store.temp_path(".taas")
-    cleanup.add_task(path.unlink, missing_ok=True)
-    try:
-        with path.open("wb", buffering=0) as out:
-            write(cast(IO[bytes], _Staging(out)))
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
+    staging.check(more_to_come=True)
+    path = staging.path(".taas")
+    with path.open("wb", buffering=0) as out:
+        write(cast(IO[bytes], _StagingFile(out)))
+    staging.check()
     return FileResponse(path, media_type=BUNDLE_MEDIA_TYPE, filename=filename)
 
 
-class _Staging(io.RawIOBase):
+class _StagingFile(io.RawIOBase):
     """The staging file, whose failures (a write, a seek, a truncate) are a 503 rather than an
     OSError, which the export takes for a model it cannot read."""
 
@@ -84,14 +90,13 @@ def _staged(operation: Callable[[], int]) -> int:
     responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}, "description": "The model as a bundle."}},
 )
 def export_bundle(
-    classifier: ClassifierDep, session: SessionDep, store: StoreDep, cleanup: BackgroundTasks
+    classifier: ClassifierDep, session: SessionDep, store: StoreDep, staging: StagingDep
 ) -> FileResponse:
     """The serving version's model as one portable archive (``taas-model-bundle/1``); 409 unless
     Available. ``/versions/{n}/bundle`` exports any Available version."""
     exists = still_there(session, Classifier, classifier.id)
     return bundle_response(
-        store,
-        cleanup,
+        staging,
         f"{classifier.id}.taas",
         partial(bundles.export, store, classifier, still_exists=exists),
     )
@@ -107,13 +112,18 @@ def still_there(
 
 @router.post("/import", response_model=ClassifierInfo, status_code=201)
 async def import_bundle(
-    request: Request, tenant: TenantDep, session: SessionDep, settings: SettingsDep, store: StoreDep
+    request: Request,
+    tenant: TenantDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    staging: StagingDep,
 ) -> ClassifierInfo:
     """A new Available classifier from a bundle: multipart part ``bundle`` (with optional
     ``name`` and ``language`` fields) or the raw body; 400 naming the problem of a bad bundle."""
     upload = await without_db_slot(
         session,
-        read_upload(request, store, settings.max_upload_bytes, frozenset({bundles.BUNDLE_FIELD})),
+        read_upload(request, staging, settings.max_upload_bytes, frozenset({bundles.BUNDLE_FIELD})),
         discard=Upload.discard,
     )
     try:
@@ -128,9 +138,8 @@ async def import_bundle(
             session,
             run_in_threadpool(
                 lambda: bundles.stage_import(
-                    store,
+                    staging,
                     settings,
-                    tenant_id=tenant.id,
                     bundle=source,
                     name=fields.get("name", request.query_params.get("name")),
                     language=fields.get("language", request.query_params.get("language")),

@@ -6,7 +6,15 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from service.api import intake
-from service.api.deps import DatasetDep, SessionDep, SettingsDep, StoreDep, TenantDep, without_db_slot
+from service.api.deps import (
+    DatasetDep,
+    SessionDep,
+    SettingsDep,
+    StagingDep,
+    StoreDep,
+    TenantDep,
+    without_db_slot,
+)
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
 from service.api.schemas import DatasetInfo, DatasetList
@@ -43,12 +51,13 @@ async def upload_dataset(
     session: SessionDep,
     settings: SettingsDep,
     store: StoreDep,
+    staging: StagingDep,
     name: str | None = None,
 ) -> DatasetInfo:
     """CSV (header ``text,label``) or JSON Lines, as multipart or as the raw body."""
     upload = await without_db_slot(
         session,
-        read_upload(request, store, settings.max_upload_bytes, intake.DATASET_PARTS),
+        read_upload(request, staging, settings.max_upload_bytes, intake.DATASET_PARTS),
         discard=Upload.discard,
     )
     dataset = await run_in_threadpool(

@@ -12,7 +12,8 @@ Fixtures
                        The PostgreSQL URL carries its schema (``?options=-csearch_path=...``), so a
                        subprocess given the URL sees the same tables.
 ``settings_factory``   ``settings_factory(**overrides) -> Settings`` on this test's temp dirs and
-                       ``database_url``, admin key :data:`ADMIN_KEY`, Redis db 15
+                       ``database_url``, admin key :data:`ADMIN_KEY`, secrets key
+                       :data:`SECRETS_KEY`, Redis db 15
                        (of this worker's range: :func:`redis_test_url`).
 ``settings``           ``settings_factory()``.
 ``engine``             SQLAlchemy engine for ``settings`` (disposed after the test).
@@ -90,6 +91,7 @@ def redis_test_url(db: int) -> str:
 
 REDIS_TEST_URL = redis_test_url(15)
 ADMIN_KEY = "test-admin-key-0123456789abcdefghijklmn"
+SECRETS_KEY = "test-secrets-key-0123456789abcdefghijk"  # seals webhook secrets (service.core.sealing)
 
 T = TypeVar("T")
 
@@ -210,6 +212,7 @@ def settings_factory(tmp_path: Path, database_url: str) -> Callable[..., Setting
             "database_url": database_url,
             "redis_url": REDIS_TEST_URL,
             "admin_key": ADMIN_KEY,
+            "secrets_key": SECRETS_KEY,
             # tiny data sets: no held-out fold models (~6x the training time; tests/trainer has them)
             "cross_fit_folds": 0,
         }

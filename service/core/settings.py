@@ -20,6 +20,7 @@ TRAINER_MAX_TEXT_CHARS = 4096  # trainer.data.MAX_TEXT_CHARS (importing it here 
 # out), so a key must be too long to guess online instead: 32 random base64url characters are
 # 192 bits, and a passphrase that long is out of reach of guessing too
 ADMIN_KEY_MIN_CHARS = 32
+SECRETS_KEY_MIN_CHARS = 32  # the key that seals secrets at rest (service.core.sealing)
 
 
 def admin_key_problem(key: str) -> str | None:
@@ -55,6 +56,18 @@ class Settings(BaseSettings):
     admin_key: Annotated[str, StringConstraints(strip_whitespace=True)] | None = Field(
         None,
         description="Administrator key (32 characters or more); default: made once into data_dir/admin.key.",
+    )
+
+    secrets_key: Annotated[str, StringConstraints(strip_whitespace=True)] | None = Field(
+        None,
+        description="Key (32 characters or more) that seals secrets at rest (tenants' webhook secrets); "
+        "the API, the webhook worker and `taas migrate` need the same one; default: made once into "
+        "data_dir/secrets.key.",
+    )
+    secrets_old_keys: str | None = Field(
+        None,
+        description="Former secrets keys, comma-separated, which still open what they sealed while "
+        "`taas reseal` seals it again under TAAS_SECRETS_KEY (a rotation).",
     )
 
     # --- artifacts on S3-compatible object storage (nodes without a shared file system) ---
@@ -269,6 +282,19 @@ class Settings(BaseSettings):
         problem = admin_key_problem(key)
         if problem:
             raise ValueError(problem)
+        return key
+
+    @field_validator("secrets_key")
+    @classmethod
+    def _secrets_key_long_enough(cls, key: str | None) -> str | None:
+        """An empty key is no key (the data dir's file is used); a short one is refused."""
+        if not key:
+            return None
+        if len(key) < SECRETS_KEY_MIN_CHARS:
+            raise ValueError(
+                f"the secrets key is {len(key)} characters; it must be at least {SECRETS_KEY_MIN_CHARS} "
+                "(make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
         return key
 
     @field_validator("max_classes")

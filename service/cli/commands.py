@@ -48,16 +48,18 @@ def main() -> None:
 
 
 def _settings(**values: object) -> Settings:
-    """The process's settings (``values`` over the TAAS_* variables); a variable that does not
-    parse is one line naming it, and exit status 1, not a traceback."""
+    """The process's settings (``values`` over the TAAS_* variables), with its umask applied; a
+    variable that does not parse is one line naming it, and exit status 1, not a traceback."""
     try:
-        return Settings(**values) if values else get_settings()  # type: ignore[arg-type]
+        settings = Settings(**values) if values else get_settings()  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = "; ".join(
             f"TAAS_{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
             for error in exc.errors()
         )
         fail(f"bad setting: {problems}")
+    settings.apply_umask()  # before anything is created, by this process or its children
+    return settings
 
 
 @cli.command()

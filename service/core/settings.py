@@ -6,6 +6,7 @@ their own (``Settings(database_url=..., data_dir=tmp_path)``).
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -269,6 +270,13 @@ class Settings(BaseSettings):
     wrong_keys_per_second: float = Field(
         1.0, gt=0, description="Unknown API keys a client address may send a second after its burst."
     )
+    umask: str = Field(
+        "077",
+        pattern=r"^0?[0-7]{3}$",
+        description="Permission bits (octal) that taas's processes clear on every file and folder they "
+        "create: 077 keeps the database, the Redis files, tenants' data and keys this user's alone "
+        "(files 0600, folders 0700); 027 lets the group read them (backups).",
+    )
     access_log: bool = Field(
         False, description="Log a line per HTTP request (uvicorn's access log; costly at classify rates)."
     )
@@ -305,6 +313,12 @@ class Settings(BaseSettings):
         if fewest is not None and most < fewest:
             raise ValueError(f"must be at least TAAS_MIN_CLASSES ({fewest})")
         return most
+
+    def apply_umask(self) -> None:
+        """Make ``umask`` this process's, and so its children's: every server command and worker
+        calls it before it creates anything (the SQLite database, the embedded Redis's files and
+        every tenant's data were created 0644, readable by any account on the host)."""
+        os.umask(int(self.umask, 8))
 
     def resolved_database_url(self) -> str:
         """The database URL in force: the setting, or SQLite in the data dir.

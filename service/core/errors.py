@@ -13,7 +13,7 @@ One handler (``service.api.errors``) renders any of them as the NLC v1 error bod
     ├── NotFound                   404  unknown id, or one that belongs to another tenant
     ├── Conflict                   409  the resource is in the wrong state (classify while Training)
     ├── PayloadTooLarge            413  the request body is over the upload limit
-    ├── UnsupportedMediaType       415  a body in a content coding the service does not read
+    ├── UnsupportedMediaType       415  a body in a content type or coding the route does not read
     ├── Throttled                  429  refused for a while (carries Retry-After)
     │   ├── RateLimited            429  over the tenant's classify rate
     │   └── TooManyWrongKeys       429  the client's address sent too many unknown keys

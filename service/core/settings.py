@@ -270,6 +270,18 @@ class Settings(BaseSettings):
     wrong_keys_per_second: float = Field(
         1.0, gt=0, description="Unknown API keys a client address may send a second after its burst."
     )
+    basic_auth_challenge: bool = Field(
+        False,
+        description="Answer a request without a key with a Basic challenge (WWW-Authenticate: Basic), "
+        "which makes a browser prompt for the key and then send it on every page's requests to taas; "
+        "off: a Bearer challenge only (clients send Basic credentials unasked).",
+    )
+    trusted_origins: str = Field(
+        "",
+        description="Web origins (scheme://host[:port], comma-separated) besides taas's own whose pages "
+        "may make requests that change something (a web front end of the operator's on another "
+        "host); every other page's are refused (403).",
+    )
     umask: str = Field(
         "077",
         pattern=r"^0?[0-7]{3}$",

@@ -176,7 +176,7 @@ def test_a_get_classify_that_memory_cannot_answer_gets_the_routes_answer(
         ({"text": "   "}, {}, 400),  # NLC: text must not be empty
         ({"text": "x" * 2049}, {}, 400),  # over max_classify_chars
         ({"txt": "rain"}, {}, 400),
-        (None, {"content-type": "text/plain"}, 400),
+        (None, {"content-type": "text/plain"}, 415),  # a type classify does not read
         (None, {"Authorization": "Bearer taas_not-a-key"}, 401),
         (None, {"Authorization": "Digest x"}, 401),
         ({"collection": [{"text": "rain"}]}, {}, 400),  # a collection body sent to classify

@@ -282,6 +282,11 @@ class Settings(BaseSettings):
         "may make requests that change something (a web front end of the operator's on another "
         "host); every other page's are refused (403).",
     )
+    metrics_token: Annotated[str, StringConstraints(strip_whitespace=True)] | None = Field(
+        None,
+        description="Bearer token that GET /metrics requires (a Prometheus scrape's credentials); "
+        "unset: /metrics answers only clients on this host (loopback).",
+    )
     umask: str = Field(
         "077",
         pattern=r"^0?[0-7]{3}$",
@@ -316,6 +321,18 @@ class Settings(BaseSettings):
                 "(make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
         return key
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _metrics_token_long_enough(cls, token: str | None) -> str | None:
+        """An empty token is none (/metrics answers this host only); a short one is refused."""
+        if not token:
+            return None
+        if len(token) < SECRETS_KEY_MIN_CHARS:
+            raise ValueError(
+                f"the metrics token is {len(token)} characters; it must be at least {SECRETS_KEY_MIN_CHARS}"
+            )
+        return token
 
     @field_validator("max_classes")
     @classmethod

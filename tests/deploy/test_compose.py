@@ -108,6 +108,22 @@ def test_each_key_goes_only_to_the_services_that_use_it(compose: dict[str, Any])
     assert holders == {"TAAS_ADMIN_KEY": ["api"], "TAAS_SECRETS_KEY": ["api", "migrate", "webhooks"]}
 
 
+def test_metrics_are_scraped_on_the_compose_network_not_through_the_published_port(
+    compose: dict[str, Any],
+) -> None:
+    config = (REPO_ROOT / "docker" / "nginx.conf").read_text()
+    blocked = re.search(r"location ~ (\S+) \{\s*return 404;\s*\}", config)
+    assert (
+        blocked is not None
+        and re.fullmatch(blocked.group(1), "/metrics")
+        and re.fullmatch(blocked.group(1), "/metrics/")
+    )
+    assert config.index("location ~ ^/metrics") < config.index("location / {")
+    assert compose["services"]["api"]["environment"]["TAAS_METRICS_TOKEN"] == ""
+    with_token = load({**KEYS, "TAAS_METRICS_TOKEN": "t" * 40})["services"]["api"]["environment"]
+    assert with_token["TAAS_METRICS_TOKEN"] == "t" * 40
+
+
 def test_every_reference_resolves(compose: dict[str, Any]) -> None:
     services = compose["services"]
     volumes = set(compose.get("volumes") or {})

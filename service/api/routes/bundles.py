@@ -132,7 +132,7 @@ async def import_bundle(
             raise BadRequest(
                 bundles.BUNDLE_FIELD, "no bundle: send a 'bundle' part or the bundle as the body"
             )
-        fields = {k: v.decode("utf-8", "replace") for k, v in upload.fields.items()}
+        fields = {name: _utf8(name, value) for name, value in upload.fields.items()}
         now = utcnow()
         staged = await without_db_slot(
             session,
@@ -152,3 +152,12 @@ async def import_bundle(
         upload.discard()
     classifier = await run_in_threadpool(bundles.add_import, session, store, settings, staged, now=now)
     return ClassifierInfo.build_info(classifier, None, base_url(request))
+
+
+def _utf8(field: str, value: bytes) -> str:
+    """A multipart field's text; 400 naming the field when it is not UTF-8 (it was stored with
+    replacement characters, where a dataset's ``name`` part or a query is refused)."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(field, f"is not valid UTF-8 (byte {exc.start})") from None

@@ -299,7 +299,18 @@ class BodyLimit:
                     raise PayloadTooLarge(limit)
             return message
 
-        await self.app(scope, limited, send)
+        async def unread() -> Message:
+            # No GET, HEAD or DELETE route reads a body; a file download still receives, to see
+            # the client leave, once its reply has begun. A body sent with one is dropped
+            # unchecked: checked, a bad one (gzip cut short, over the limit, stalled) raised into
+            # the download and was a logged 500 with the reply cut short.
+            message = await receive()
+            return {**message, "body": b""} if message["type"] == "http.request" else message
+
+        await self.app(scope, limited if scope["method"] not in _BODILESS else unread, send)
+
+
+_BODILESS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})  # methods whose routes read no body
 
 
 class _Inflater:

@@ -699,7 +699,10 @@ def poison_dataset(folder: Path, flavour: str = "embedded") -> Outcome:
     with platform(folder, flavour) as up:
         tenant_id, poisoned = up.tenant()
         reply = poisoned.post(
-            "/v1/datasets", params={"name": "poison"}, content=("text,label\n" + short_csv()).encode()
+            "/v1/datasets",
+            params={"name": "poison"},
+            content=("text,label\n" + short_csv()).encode(),
+            headers={"Content-Type": "text/csv"},  # a body of no declared type is a 415
         )
         reply.raise_for_status()
         dataset = reply.json()["dataset_id"]

@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 from service import ops
 from service.api import errors, openapi
 from service.api.compression import CompressReplies
+from service.api.cross_site import CrossSiteGuard
 from service.api.deps import utf8_query
 from service.api.fast_classify import FastClassify
 from service.api.routes import (
@@ -119,13 +120,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     openapi.install(app)
     app.fast_classify = FastClassify(app.state, metrics, fallback=super(TaasAPI, app).__call__)
+    # NLC create, a new version, a bundle import, a dataset upload.
+    upload_paths = re.compile(r"/v1/classifiers(/import|/[^/]+/versions)?|/v1/datasets")
     app.add_middleware(
         BodyLimit,
         upload_bytes=settings.max_upload_bytes,
         json_bytes=settings.max_json_bytes,
         idle_seconds=settings.body_idle_seconds,
-        # NLC create, a new version, a bundle import, a dataset upload.
-        upload_paths=re.compile(r"/v1/classifiers(/import|/[^/]+/versions)?|/v1/datasets"),
+        upload_paths=upload_paths,
+    )
+    app.add_middleware(
+        CrossSiteGuard,
+        upload_paths=upload_paths,
+        trusted_origins=frozenset(o for o in settings.trusted_origins.replace(",", " ").split() if o),
     )
     app.add_middleware(CompressReplies)
     app.add_middleware(OperatorHeaders)

@@ -12,7 +12,9 @@ Fixtures
                        The PostgreSQL URL carries its schema (``?options=-csearch_path=...``), so a
                        subprocess given the URL sees the same tables.
 ``settings_factory``   ``settings_factory(**overrides) -> Settings`` on this test's temp dirs and
-                       ``database_url``, admin key :data:`ADMIN_KEY`, Redis db 15
+                       ``database_url``, admin key :data:`ADMIN_KEY`, secrets key
+                       :data:`SECRETS_KEY`, metrics token :data:`METRICS_TOKEN`
+                       (:data:`METRICS_HEADERS` scrape /metrics), Redis db 15
                        (of this worker's range: :func:`redis_test_url`).
 ``settings``           ``settings_factory()``.
 ``engine``             SQLAlchemy engine for ``settings`` (disposed after the test).
@@ -90,6 +92,9 @@ def redis_test_url(db: int) -> str:
 
 REDIS_TEST_URL = redis_test_url(15)
 ADMIN_KEY = "test-admin-key-0123456789abcdefghijklmn"
+SECRETS_KEY = "test-secrets-key-0123456789abcdefghijk"  # seals webhook secrets (service.core.sealing)
+METRICS_TOKEN = "test-metrics-token-0123456789abcdefghij"
+METRICS_HEADERS = {"Authorization": f"Bearer {METRICS_TOKEN}"}  # a scrape of GET /metrics
 
 T = TypeVar("T")
 
@@ -210,6 +215,8 @@ def settings_factory(tmp_path: Path, database_url: str) -> Callable[..., Setting
             "database_url": database_url,
             "redis_url": REDIS_TEST_URL,
             "admin_key": ADMIN_KEY,
+            "secrets_key": SECRETS_KEY,
+            "metrics_token": METRICS_TOKEN,
             # tiny data sets: no held-out fold models (~6x the training time; tests/trainer has them)
             "cross_fit_folds": 0,
         }

@@ -15,17 +15,60 @@ server (docs/benchmarks.md).
 from __future__ import annotations
 
 import multiprocessing as mp
-from multiprocessing import forkserver
+import os
+from multiprocessing import forkserver, process
 from multiprocessing.context import ForkServerContext
+from pathlib import Path
 
 _PRELOAD = ["trainer.engine"]
+SEMAPHORE_PREFIX = "mp-taas"  # /dev/shm/sem.mp-taas-<pid of the creating process>-<random>
+_SHM = Path("/dev/shm")
 
 
 def trainer_context() -> ForkServerContext:
-    """The fork server's context, with the trainer as its preload (read when the server starts)."""
+    """The fork server's context, with the trainer as its preload (read when the server starts).
+    The semaphores this process makes from now on carry its pid in their names."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOAD)
+    _name_semaphores_after_this_process()
     return ctx
+
+
+def _name_semaphores_after_this_process() -> None:
+    # The learners' locks and semaphores are named POSIX semaphores (/dev/shm/sem.*): a learner
+    # forked from the fork server opens them by name. Their names are multiprocessing's
+    # "<semprefix>-<random>" (synchronize.SemLock._make_name; semprefix "/mp", kept in the
+    # process's _config, with no public setter). multiprocessing's resource tracker unlinks
+    # them when their process dies, unless it dies too: a training killed with its whole tree
+    # (kill -9 of its process group, the OOM killer, a container stopped hard) left them for
+    # ever. Named after their process, they are found by sweep_orphaned_semaphores.
+    process.current_process()._config["semprefix"] = f"/{SEMAPHORE_PREFIX}-{os.getpid()}"  # type: ignore[attr-defined]
+
+
+def sweep_orphaned_semaphores(shm: Path = _SHM) -> int:
+    """Unlink the trainer's named semaphores whose creating process has gone (a training killed
+    with its whole tree, resource tracker included); returns how many went. Run as each pool of
+    learners starts (``trainer.ps.pool.ProcessPool``)."""
+    swept = 0
+    for entry in shm.glob(f"sem.{SEMAPHORE_PREFIX}-*"):
+        pid = entry.name.removeprefix(f"sem.{SEMAPHORE_PREFIX}-").partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                entry.unlink()
+                swept += 1
+            except FileNotFoundError:  # another pool swept it first
+                continue
+    return swept
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: not ours to sweep
+        return True
+    return True
 
 
 def start_fork_server() -> None:

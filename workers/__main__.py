@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 
+from service.core.settings import get_settings
 from service.training.queue import TRAINING_QUEUE
 from trainer.processes import start_fork_server
 from workers.app import celery_app, fixed_option, worker_argv
@@ -22,6 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     extra = sys.argv[1:] if argv is None else argv
     if (option := fixed_option(extra)) is not None:
         sys.exit(f"error: {option}: taas sets the pool, concurrency, queues and hostname of a worker")
+    get_settings().apply_umask()  # before the fork server: learners and checkpoints inherit it
     start_fork_server()
     celery_app.worker_main(
         worker_argv(

@@ -148,6 +148,7 @@ def main() -> None:
     """``python -m workers.reconciler``: reconcile until SIGTERM or SIGINT."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = get_settings()
+    settings.apply_umask()
     settings.require_redis_url()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the webhook worker and its sweep until SIGTERM (warm shutdown: Celery puts the
     messages it holds back on the queue)."""
     settings = get_settings()
+    settings.apply_umask()
     settings.require_redis_url()
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the task logs each attempt itself
     stop = threading.Event()

@@ -11,7 +11,7 @@ are plain functions (FastAPI runs them in a worker thread).
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
@@ -40,6 +40,7 @@ from service.storage.store import ArtifactStore
 from service.tenants.accounts import hash_key, is_admin_key, presented_key, tenant_for_key, well_formed_id
 from service.tenants.failed_keys import FailedKeys
 from service.tenants.ratelimit import RateLimiter
+from service.tenants.staging import Staging, staging_for
 
 _T = TypeVar("_T")
 
@@ -227,6 +228,21 @@ def _refusal(request: Request, key: str) -> Exception:
 
 
 TenantDep = Annotated[Tenant, Depends(_tenant)]
+
+
+def _staging(
+    tenant: TenantDep, session: SessionDep, settings: SettingsDep, store: StoreDep
+) -> Iterator[Staging]:
+    """The caller's staging paths, removed once the request has ended: after its reply, whether
+    the reply was sent whole, refused (a bad ``Range``), cut off by the client or an error."""
+    staging = staging_for(session, settings, store, tenant.id)
+    try:
+        yield staging
+    finally:
+        staging.remove_all()
+
+
+StagingDep = Annotated[Staging, Depends(_staging)]
 
 
 def _admin(request: Request, key: KeyDep, session: SessionDep, settings: SettingsDep) -> None:

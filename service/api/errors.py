@@ -18,10 +18,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
+from service.api.cross_site import challenge
 from service.core.errors import TaasError, Throttled, Unauthorized, new_incident, unavailable
 
 log = logging.getLogger(__name__)
-WWW_AUTHENTICATE = 'Basic realm="taas", Bearer realm="taas"'
 
 
 def nlc_error(
@@ -47,10 +47,10 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
-async def _taas_error(_request: Request, exc: TaasError) -> JSONResponse:
+async def _taas_error(request: Request, exc: TaasError) -> JSONResponse:
     headers = None
     if isinstance(exc, Unauthorized):
-        headers = {"WWW-Authenticate": WWW_AUTHENTICATE}
+        headers = {"WWW-Authenticate": challenge(request.app.state.settings.basic_auth_challenge)}
     elif isinstance(exc, Throttled):
         headers = {"Retry-After": str(exc.retry_after)}
     return nlc_error(exc.status, str(exc), headers, exc.title)
@@ -146,8 +146,9 @@ _ERROR_SCHEMA = {
         "description": {"type": "string"},
     },
 }
-# malformed, no key, wrong key or a quota, body over its limit, too many unknown keys sent
-_ALWAYS = (400, 401, 403, 413, 429)
+# malformed, no key, wrong key or a quota or another site's page, body over its limit, a body
+# in a type or coding the route does not read, too many unknown keys sent
+_ALWAYS = (400, 401, 403, 413, 415, 429)
 _EXTRA = {  # (method, path) -> statuses beyond those
     ("post", "/v1/classifiers/{classifier_id}/classify"): (409, 503),
     ("get", "/v1/classifiers/{classifier_id}/classify"): (409, 503),

@@ -33,7 +33,7 @@ from service.core.errors import (
     UnsupportedMediaType,
     unavailable,
 )
-from service.storage.store import ArtifactStore
+from service.tenants.staging import Staging
 
 SMALL_PART_BYTES = 64 * 1024  # metadata and name fields
 MAX_PARTS = 16
@@ -54,19 +54,24 @@ class Upload:
         self.files.clear()
 
 
-async def read_upload(request: Request, store: ArtifactStore, limit: int, spool: frozenset[str]) -> Upload:
+async def read_upload(request: Request, staging: Staging, limit: int, spool: frozenset[str]) -> Upload:
     """Receive a multipart body (parts named in ``spool`` go to files) or a raw body (to
-    ``files[RAW_BODY]``). PayloadTooLarge over ``limit`` bytes; BadRequest on a malformed body."""
+    ``files[RAW_BODY]``), spooled in the tenant's staging (:mod:`service.tenants.staging`).
+    PayloadTooLarge over ``limit`` bytes; BadRequest on a malformed body; StagingOverQuota once
+    the tenant's stored and staged bytes are over its ``dataset_bytes`` quota (checked as every
+    mebibyte arrives and at the end)."""
     upload = Upload()
     try:
         content_type, params = parse_options_header(request.headers.get("content-type", ""))
+        stream = _checked_stream(_limited_stream(request, limit), staging)
         if content_type == b"multipart/form-data":
-            await _read_multipart(request, store, limit, spool, params.get(b"boundary", b""), upload)
+            await _read_multipart(stream, staging, spool, params.get(b"boundary", b""), upload)
         else:
-            path = upload.files[RAW_BODY] = store.temp_path()
+            path = upload.files[RAW_BODY] = staging.path()
             with open(path, "wb") as out:
-                async for chunk in _limited_stream(request, limit):
+                async for chunk in stream:
                     out.write(chunk)
+        staging.check()
     except OSError as exc:  # the staging folder's disk is full, say: a 500 before
         upload.discard()
         raise unavailable(STORE_REFUSED, exc) from exc
@@ -116,6 +121,21 @@ async def _limited_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
         yield chunk
 
 
+_CHECK_EVERY_BYTES = 1 << 20  # how often a streaming upload's staged bytes are counted
+
+
+async def _checked_stream(chunks: AsyncIterator[bytes], staging: Staging) -> AsyncIterator[bytes]:
+    """``chunks``, with the tenant's staged bytes checked against its quota before each further
+    mebibyte (the previous one written by then)."""
+    since_check = 0
+    async for chunk in chunks:
+        since_check += len(chunk)
+        if since_check >= _CHECK_EVERY_BYTES:
+            since_check = 0
+            staging.check()
+        yield chunk
+
+
 class _Part:
     def __init__(self) -> None:
         self.header_name = bytearray()
@@ -126,7 +146,7 @@ class _Part:
 
 
 async def _read_multipart(
-    request: Request, store: ArtifactStore, limit: int, spool: frozenset[str], boundary: bytes, upload: Upload
+    stream: AsyncIterator[bytes], staging: Staging, spool: frozenset[str], boundary: bytes, upload: Upload
 ) -> None:
     if not boundary:
         raise BadRequest("body", "multipart body without a boundary")
@@ -157,7 +177,7 @@ async def _read_multipart(
         if part.name in upload.files or part.name in upload.fields:
             raise BadRequest("body", f"multipart part '{part.name}' appears twice; send each part once")
         if part.name in spool:
-            path = upload.files[part.name] = store.temp_path()
+            path = upload.files[part.name] = staging.path()
             part.sink = open(path, "wb")  # noqa: SIM115 - closed in on_part_end or below
         else:
             part.buffer = bytearray()
@@ -196,7 +216,7 @@ async def _read_multipart(
                 "on_end": on_end,
             },
         )
-        async for chunk in _limited_stream(request, limit):
+        async for chunk in stream:
             parser.write(chunk)
         parser.finalize()
     except (MultipartParseError, FormParserError) as exc:  # the latter: a boundary over 256 bytes
@@ -279,7 +299,18 @@ class BodyLimit:
                     raise PayloadTooLarge(limit)
             return message
 
-        await self.app(scope, limited, send)
+        async def unread() -> Message:
+            # No GET, HEAD or DELETE route reads a body; a file download still receives, to see
+            # the client leave, once its reply has begun. A body sent with one is dropped
+            # unchecked: checked, a bad one (gzip cut short, over the limit, stalled) raised into
+            # the download and was a logged 500 with the reply cut short.
+            message = await receive()
+            return {**message, "body": b""} if message["type"] == "http.request" else message
+
+        await self.app(scope, limited if scope["method"] not in _BODILESS else unread, send)
+
+
+_BODILESS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})  # methods whose routes read no body
 
 
 class _Inflater:

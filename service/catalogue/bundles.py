@@ -37,6 +37,7 @@ from service.core.models import (
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore, read_fetched
 from service.tenants import quotas
+from service.tenants.staging import Staging
 from service.training import status
 from trainer.bundle import BundleInvalid, extract_bundle, write_bundle
 from trainer.errors import CheckpointCorrupt
@@ -89,24 +90,26 @@ def export(
 
 
 def stage_import(
-    store: ArtifactStore,
+    tenant_staging: Staging,
     settings: Settings,
     *,
-    tenant_id: str,
     bundle: Path,
     name: str | None,
     language: str | None,
     now: datetime,
 ) -> Classifier:
-    """Check the bundle and store its model as a new classifier's version 1, here and on the
-    remote store, without the database (the route gives its database slot back meanwhile:
-    the extraction, the model's load and a copy to S3 take seconds for a big bundle). The
-    classifier returned is not added yet (:func:`add_import`); ``name`` and ``language``
-    default to the exporter's. BadRequest on a bad bundle."""
-    staging = store.temp_path(".bundle")
+    """Check the bundle and store its model as a new classifier of the staging's tenant (its
+    version 1), here and on the remote store, without the database (the route gives its
+    database slot back meanwhile: the extraction, the model's load and a copy to S3 take
+    seconds for a big bundle). The classifier returned is not added yet (:func:`add_import`);
+    ``name`` and ``language`` default to the exporter's. BadRequest on a bad bundle;
+    StagingOverQuota when the unpacked bundle puts the tenant's staged bytes over its quota."""
+    store, tenant_id = tenant_staging.store, tenant_staging.tenant_id
+    staging = tenant_staging.path(".bundle")
     try:
         try:
             extracted = extract_bundle(bundle, staging, max_bytes=settings.max_upload_bytes)
+            tenant_staging.check()
             loaded = LoadedModel.load(staging)  # its tensors load and fit its configs
         except (BundleInvalid, CheckpointCorrupt) as exc:  # named by its files, not the staging folder's path
             raise BadRequest(BUNDLE_FIELD, str(exc).replace(f"{staging}: ", "")) from None

@@ -58,7 +58,7 @@ def stage_upload(
     """Validate ``upload`` and store it as the canonical CSV of a new dataset of ``tenant_id``
     (here and on the remote store), before any database write. Raises InvalidTrainingData, or
     ServiceUnavailable when the store cannot take it; nothing is kept either way."""
-    temp = store.temp_path(".csv")
+    temp = store.temp_path(".csv", owner=tenant_id)
     try:
         summary = convert(upload, temp, fmt, limits)
     except OSError as exc:  # the staging folder's disk is full, say: a 500 before

@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from service.cli.migrations import upgrade
+from service.cli.migrations import require_migrated, upgrade
 from service.cli.output import fail
 from service.cli.preflight import (
     admin_key_for,
@@ -29,9 +29,11 @@ from service.cli.preflight import (
     require_encoders,
     require_services,
     require_store,
+    secrets_key_ready,
 )
 from service.cli.supervisor import Supervisor, uvicorn_argv
 from service.client.commands import register as register_client_commands
+from service.core.sealing import SealingError, key_ring
 from service.core.settings import Settings, get_settings
 
 cli = typer.Typer(
@@ -47,16 +49,18 @@ def main() -> None:
 
 
 def _settings(**values: object) -> Settings:
-    """The process's settings (``values`` over the TAAS_* variables); a variable that does not
-    parse is one line naming it, and exit status 1, not a traceback."""
+    """The process's settings (``values`` over the TAAS_* variables), with its umask applied; a
+    variable that does not parse is one line naming it, and exit status 1, not a traceback."""
     try:
-        return Settings(**values) if values else get_settings()  # type: ignore[arg-type]
+        settings = Settings(**values) if values else get_settings()  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = "; ".join(
             f"TAAS_{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
             for error in exc.errors()
         )
         fail(f"bad setting: {problems}")
+    settings.apply_umask()  # before anything is created, by this process or its children
+    return settings
 
 
 @cli.command()
@@ -75,16 +79,18 @@ def up(
         check_redis(settings.redis_url)
     with exclusive(data / "taas-up.lock"), Supervisor() as supervisor:
         admin_key, key_file, created = admin_key_for(settings.model_copy(update={"data_dir": data}))
+        secrets_key_ready(settings.model_copy(update={"data_dir": data}), make=True)
         redis_url = settings.redis_url or supervisor.start_redis(data / "redis")
         settings = settings.model_copy(update={"data_dir": data, "redis_url": redis_url})
         upgrade(settings)
-        env = _child_env(settings, admin_key)
         api_argv = uvicorn_argv("service.app:create_app", host, port, access_log=settings.access_log)
-        api_child = supervisor.start("api", api_argv, env)
-        supervisor.start("reconciler", [sys.executable, "-m", "workers.reconciler"], env)
-        supervisor.start("webhooks", [sys.executable, "-m", "workers.webhook_worker", "--quiet"], env)
+        api_child = supervisor.start("api", api_argv, _child_env(settings, admin_key=admin_key))
+        reconciler = [sys.executable, "-m", "workers.reconciler"]
+        supervisor.start("reconciler", reconciler, _child_env(settings))
+        webhooks = [sys.executable, "-m", "workers.webhook_worker", "--quiet"]
+        supervisor.start("webhooks", webhooks, _child_env(settings, secrets=True))
         for _ in range(workers):
-            supervisor.start("worker", [sys.executable, "-m", "workers", "--quiet"], env)
+            supervisor.start("worker", [sys.executable, "-m", "workers", "--quiet"], _child_env(settings))
         base = f"http://{_client_host(host)}:{port}"
         supervisor.wait_for_api(base, api_child.process, port)
         _announce(base, settings, key_file, admin_key if created else None, workers)
@@ -107,12 +113,14 @@ def api(
     require_services(settings)  # without Redis every create would wait for a reconciler that cannot run
     require_store(settings)
     require_encoders(settings)
+    if settings.admin_key is None or settings.secrets_key is None:
+        settings = settings.model_copy(update={"data_dir": prepare_data_dir(settings.data_dir)})
     if settings.admin_key is None:
-        data = prepare_data_dir(settings.data_dir)
-        admin_key, key_file, created = admin_key_for(settings.model_copy(update={"data_dir": data}))
+        admin_key, key_file, created = admin_key_for(settings)
         if created:
             typer.echo(f"admin key: {admin_key}  (shown once; kept in {key_file}, mode 0600)")
         settings = settings.model_copy(update={"admin_key": admin_key})
+    secrets_key_ready(settings, make=True)
     uvicorn.run(
         create_app(settings),
         host=host,
@@ -137,7 +145,9 @@ def worker(ctx: typer.Context) -> None:
 @cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def webhooks(ctx: typer.Context) -> None:
     """Run the webhook worker alone (python -m workers.webhook_worker): deliver status events."""
-    require_services(_settings())
+    settings = _settings()
+    require_services(settings)
+    secrets_key_ready(settings, make=False)  # the API's key: one of its own could open nothing
     os.execv(sys.executable, [sys.executable, "-m", "workers.webhook_worker", *ctx.args])
 
 
@@ -151,6 +161,27 @@ def reconcile() -> None:
 
 
 @cli.command()
+def reseal() -> None:
+    """Seal every stored secret again under TAAS_SECRETS_KEY: the last step of a key rotation
+    (the former key, in TAAS_SECRETS_OLD_KEYS, opens what it sealed until then)."""
+    from service.core.db import make_engine, session_factory
+    from service.webhooks.secrets import reseal_all
+
+    settings = _settings()
+    require_migrated(settings)
+    secrets_key_ready(settings, make=False)
+    engine = make_engine(settings)
+    try:
+        with session_factory(engine)() as session:
+            resealed = reseal_all(session, key_ring(settings))
+    except SealingError as error:
+        fail(f"{error}; nothing after it was resealed (add the key that sealed it to TAAS_SECRETS_OLD_KEYS)")
+    finally:
+        engine.dispose()
+    typer.echo(f"{resealed} secret(s) sealed anew under key {key_ring(settings).key_id}")
+
+
+@cli.command()
 def migrate() -> None:
     """Upgrade the database to the newest schema (alembic upgrade head)."""
     settings = _settings()
@@ -160,15 +191,26 @@ def migrate() -> None:
     typer.echo("database schema is up to date")
 
 
-def _child_env(settings: Settings, admin_key: str) -> dict[str, str]:
-    env = dict(os.environ)
+_ONLY_FOR = ("TAAS_ADMIN_KEY", "TAAS_SECRETS_KEY", "TAAS_SECRETS_OLD_KEYS")
+
+
+def _child_env(settings: Settings, *, admin_key: str | None = None, secrets: bool = False) -> dict[str, str]:
+    """A child's environment: ``taas up``'s own and where everything is, with the admin key only
+    for the API (``admin_key``) and the secrets keys only for the API and the webhook worker
+    (``secrets``). A training worker runs tenants' data through the trainer and the webhook
+    worker talks to tenants' receivers: neither needs the admin key, which any process can
+    read from another of its user's environment (``/proc/PID/environ``)."""
+    env = {k: v for k, v in os.environ.items() if k not in _ONLY_FOR}
     env.update(
         TAAS_DATA_DIR=str(settings.data_dir),
         TAAS_DATABASE_URL=settings.resolved_database_url(),
         TAAS_REDIS_URL=settings.require_redis_url(),
-        TAAS_ADMIN_KEY=admin_key,
         PYTHONUNBUFFERED="1",
     )
+    if admin_key is not None:
+        env["TAAS_ADMIN_KEY"] = admin_key
+    if secrets or admin_key is not None:
+        env.update({k: os.environ[k] for k in _ONLY_FOR[1:] if k in os.environ})
     return env
 
 

@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from service.cli.output import fail
+from service.core.sealing import SealingError, key_ring
 from service.core.settings import Settings
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
@@ -38,6 +39,7 @@ def upgrade(settings: Settings) -> None:
     up to date, where two concurrent upgrades of a new database collide on its first tables.
     """
     config = alembic_config(settings)
+    config.attributes["key_ring"] = lambda: key_ring(settings)  # 0007 seals plain-text secrets
     engine = create_engine(settings.resolved_database_url(), poolclass=NullPool)
     try:
         _refuse_a_newer_schema(config, engine)
@@ -52,6 +54,11 @@ def upgrade(settings: Settings) -> None:
             connection.commit()
     except SQLAlchemyError as error:
         fail(f"cannot migrate the database: {str(error).splitlines()[0]}")
+    except SealingError as error:
+        fail(
+            "cannot migrate the database: its webhook secrets are in plain text and must be sealed, "
+            f"but {error}"
+        )
     finally:
         engine.dispose()
 

@@ -19,6 +19,7 @@ import redis
 
 from service.cli.migrations import require_migrated
 from service.cli.output import fail
+from service.core.sealing import SECRETS_KEY_FILE, SealingError, ensure_key_file, key_ring
 from service.core.settings import Settings, admin_key_problem
 from service.tenants.accounts import new_admin_key
 
@@ -141,6 +142,22 @@ def admin_key_for(settings: Settings) -> tuple[str, Path, bool]:
         key_file.unlink(missing_ok=True)
         fail(f"cannot write {key_file}: {error.strerror}")
     return key, key_file, True
+
+
+def secrets_key_ready(settings: Settings, *, make: bool) -> None:
+    """Exit with a one-line error unless a key seals secrets at rest (``TAAS_SECRETS_KEY``, else
+    ``<data-dir>/secrets.key``); with ``make``, that file is made (mode 0600) when neither
+    exists. Only a process whose data dir is the installation's own may make it (``taas up``,
+    ``taas api``): a webhook worker with a key of its own could not open what the API sealed."""
+    if settings.secrets_key is None and make:
+        try:
+            ensure_key_file(settings.data_dir)
+        except OSError as error:
+            fail(f"cannot write {settings.data_dir / SECRETS_KEY_FILE}: {error.strerror or error}")
+    try:
+        key_ring(settings)
+    except SealingError as error:
+        fail(str(error))
 
 
 @contextlib.contextmanager

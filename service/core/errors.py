@@ -9,10 +9,11 @@ One handler (``service.api.errors``) renders any of them as the NLC v1 error bod
     ├── Unauthorized               401  no key, or a key that is unknown or revoked
     ├── Forbidden                  403  a valid key without the right (tenant key on admin routes)
     │   └── QuotaExceeded          403  the tenant is at one of its quotas (names it and its value)
+    │       └── StagingOverQuota   403  stored and staged bytes over ``dataset_bytes``
     ├── NotFound                   404  unknown id, or one that belongs to another tenant
     ├── Conflict                   409  the resource is in the wrong state (classify while Training)
     ├── PayloadTooLarge            413  the request body is over the upload limit
-    ├── UnsupportedMediaType       415  a body in a content coding the service does not read
+    ├── UnsupportedMediaType       415  a body in a content type or coding the route does not read
     ├── Throttled                  429  refused for a while (carries Retry-After)
     │   ├── RateLimited            429  over the tenant's classify rate
     │   └── TooManyWrongKeys       429  the client's address sent too many unknown keys
@@ -148,6 +149,21 @@ class QuotaUsedUp(QuotaExceeded):
     def describe(quota: str, limit: int, usage: int, adding: int) -> str:
         """The message: the quota, its value and the usage, which leave no room."""
         return f"quota '{quota}' exceeded: the limit is {limit} and the tenant has {usage}, so no upload fits"
+
+
+class StagingOverQuota(QuotaExceeded):
+    """The tenant's stored datasets and the files its requests in flight hold in staging (spooled
+    uploads, bundles on their way out) are over its ``dataset_bytes`` quota
+    (``service.tenants.staging``)."""
+
+    def __init__(self, limit: int, stored: int, staged: int) -> None:
+        Forbidden.__init__(
+            self,
+            f"quota 'dataset_bytes' exceeded: the limit is {limit}, the tenant has {stored} stored and "
+            f"{staged} in files its requests in flight hold (uploads, bundles being sent); retry once "
+            "those requests have ended",
+        )
+        self.quota, self.limit, self.usage, self.adding = "dataset_bytes", limit, stored + staged, 0
 
 
 class QuotaIsZero(QuotaExceeded):

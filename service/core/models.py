@@ -8,7 +8,6 @@ Every timestamp is timezone-aware UTC (:class:`UTCDateTime`).
 from __future__ import annotations
 
 import enum
-import secrets
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -32,11 +31,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 def new_id() -> str:
     """A fresh random identifier for any row."""
     return str(uuid.uuid4())
-
-
-def new_webhook_secret() -> str:
-    """A fresh secret for signing a tenant's webhooks (HMAC-SHA256 key)."""
-    return "whsec_" + secrets.token_urlsafe(32)
 
 
 def utcnow() -> datetime:
@@ -160,7 +154,8 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(256), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    webhook_secret: Mapped[str] = mapped_column(String(64), default=new_webhook_secret)
+    # sealed (service.core.sealing; never plain text); NULL until first needed (service.webhooks.secrets)
+    webhook_secret: Mapped[str | None] = mapped_column(String(255), default=None)
 
 
 class ApiKey(Base):

@@ -6,6 +6,7 @@ their own (``Settings(database_url=..., data_dir=tmp_path)``).
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -20,6 +21,7 @@ TRAINER_MAX_TEXT_CHARS = 4096  # trainer.data.MAX_TEXT_CHARS (importing it here 
 # out), so a key must be too long to guess online instead: 32 random base64url characters are
 # 192 bits, and a passphrase that long is out of reach of guessing too
 ADMIN_KEY_MIN_CHARS = 32
+SECRETS_KEY_MIN_CHARS = 32  # the key that seals secrets at rest (service.core.sealing)
 
 
 def admin_key_problem(key: str) -> str | None:
@@ -55,6 +57,18 @@ class Settings(BaseSettings):
     admin_key: Annotated[str, StringConstraints(strip_whitespace=True)] | None = Field(
         None,
         description="Administrator key (32 characters or more); default: made once into data_dir/admin.key.",
+    )
+
+    secrets_key: Annotated[str, StringConstraints(strip_whitespace=True)] | None = Field(
+        None,
+        description="Key (32 characters or more) that seals secrets at rest (tenants' webhook secrets); "
+        "the API, the webhook worker and `taas migrate` need the same one; default: made once into "
+        "data_dir/secrets.key.",
+    )
+    secrets_old_keys: str | None = Field(
+        None,
+        description="Former secrets keys, comma-separated, which still open what they sealed while "
+        "`taas reseal` seals it again under TAAS_SECRETS_KEY (a rotation).",
     )
 
     # --- artifacts on S3-compatible object storage (nodes without a shared file system) ---
@@ -262,6 +276,30 @@ class Settings(BaseSettings):
     wrong_keys_per_second: float = Field(
         1.0, gt=0, description="Unknown API keys a client address may send a second after its burst."
     )
+    basic_auth_challenge: bool = Field(
+        False,
+        description="Answer a request without a key with a Basic challenge (WWW-Authenticate: Basic), "
+        "which makes a browser prompt for the key and then send it on every page's requests to taas; "
+        "off: a Bearer challenge only (clients send Basic credentials unasked).",
+    )
+    trusted_origins: str = Field(
+        "",
+        description="Web origins (scheme://host[:port], comma-separated) besides taas's own whose pages "
+        "may make requests that change something (a web front end of the operator's on another "
+        "host); every other page's are refused (403).",
+    )
+    metrics_token: Annotated[str, StringConstraints(strip_whitespace=True)] | None = Field(
+        None,
+        description="Bearer token that GET /metrics requires (a Prometheus scrape's credentials); "
+        "unset: /metrics answers only clients on this host (loopback).",
+    )
+    umask: str = Field(
+        "077",
+        pattern=r"^0?[0-7]{3}$",
+        description="Permission bits (octal) that taas's processes clear on every file and folder they "
+        "create: 077 keeps the database, the Redis files, tenants' data and keys this user's alone "
+        "(files 0600, folders 0700); 027 lets the group read them (backups).",
+    )
     access_log: bool = Field(
         False, description="Log a line per HTTP request (uvicorn's access log; costly at classify rates)."
     )
@@ -277,6 +315,31 @@ class Settings(BaseSettings):
             raise ValueError(problem)
         return key
 
+    @field_validator("secrets_key")
+    @classmethod
+    def _secrets_key_long_enough(cls, key: str | None) -> str | None:
+        """An empty key is no key (the data dir's file is used); a short one is refused."""
+        if not key:
+            return None
+        if len(key) < SECRETS_KEY_MIN_CHARS:
+            raise ValueError(
+                f"the secrets key is {len(key)} characters; it must be at least {SECRETS_KEY_MIN_CHARS} "
+                "(make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return key
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _metrics_token_long_enough(cls, token: str | None) -> str | None:
+        """An empty token is none (/metrics answers this host only); a short one is refused."""
+        if not token:
+            return None
+        if len(token) < SECRETS_KEY_MIN_CHARS:
+            raise ValueError(
+                f"the metrics token is {len(token)} characters; it must be at least {SECRETS_KEY_MIN_CHARS}"
+            )
+        return token
+
     @field_validator("max_classes")
     @classmethod
     def _max_classes_at_least_min(cls, most: int, info: ValidationInfo) -> int:
@@ -285,6 +348,12 @@ class Settings(BaseSettings):
         if fewest is not None and most < fewest:
             raise ValueError(f"must be at least TAAS_MIN_CLASSES ({fewest})")
         return most
+
+    def apply_umask(self) -> None:
+        """Make ``umask`` this process's, and so its children's: every server command and worker
+        calls it before it creates anything (the SQLite database, the embedded Redis's files and
+        every tenant's data were created 0644, readable by any account on the host)."""
+        os.umask(int(self.umask, 8))
 
     def resolved_database_url(self) -> str:
         """The database URL in force: the setting, or SQLite in the data dir.

@@ -5,6 +5,9 @@ The pages poll these routes every couple of seconds; the key actions need the CS
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import ipaddress
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,13 +16,15 @@ from fastapi import Query, Request, Response
 from service.api.admin_schemas import KeyRotate, TenantDeletedInfo
 from service.api.deps import InvalidationsDep, SessionDep, SettingsDep, TenantDeleterDep
 from service.api.routing import Router
-from service.core.errors import BadRequest
+from service.core.errors import BadRequest, Forbidden, Unauthorized
 from service.core.models import JobState, utcnow
+from service.core.settings import Settings
 from service.ops import views
 from service.ops.metrics import CONTENT_TYPE, Metrics
 from service.ops.session import CsrfSessionDep
 from service.ops.session import SessionDep as OpsSessionDep
 from service.tenants import accounts
+from service.tenants.failed_keys import FailedKeys
 from service.training.worker_registry import WorkerRegistry
 
 router = Router(prefix="/ops/api", include_in_schema=False)
@@ -98,10 +103,42 @@ def delete_tenant(_: CsrfSessionDep, tenant_id: str, delete: TenantDeleterDep) -
 
 
 @scrape_router.get("/metrics")
-def metrics(request: Request) -> Response:
-    """Every series in the Prometheus text format (see ``service.ops.metrics``)."""
+def metrics(request: Request, settings: SettingsDep) -> Response:
+    """Every series in the Prometheus text format (see ``service.ops.metrics``), for a scrape
+    that brings ``TAAS_METRICS_TOKEN`` as its Bearer token, or, with no token set, for a client
+    on this host. The series name jobs, tenants' throughput and the workers' hosts and pids,
+    and were served to anyone who reached the API's port."""
+    _check_scraper(request, settings)
     registry: Metrics = request.app.state.metrics
     return Response(registry.exposition(), media_type=CONTENT_TYPE)
+
+
+def _check_scraper(request: Request, settings: Settings) -> None:
+    failed_keys: FailedKeys = request.app.state.failed_keys
+    if settings.metrics_token is None:
+        if not _on_this_host(request):
+            raise Forbidden(
+                "/metrics answers only clients on this host; set TAAS_METRICS_TOKEN to scrape it "
+                "from elsewhere (Authorization: Bearer TOKEN)"
+            )
+        return
+    failed_keys.check(request)
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    expected = hashlib.sha256(settings.metrics_token.encode()).digest()
+    presented = hashlib.sha256(token.strip().encode()).digest()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(presented, expected):
+        if token:
+            failed_keys.failed(request)
+        raise Unauthorized(
+            "/metrics needs the metrics token: Authorization: Bearer TOKEN (TAAS_METRICS_TOKEN)"
+        )
+
+
+def _on_this_host(request: Request) -> bool:
+    try:
+        return request.client is not None and ipaddress.ip_address(request.client.host).is_loopback
+    except ValueError:  # not an address (a test client's name)
+        return False
 
 
 def _moment(field: str, value: str | None) -> datetime | None:

@@ -84,11 +84,30 @@ class ArtifactStore(TreeOps):
         """Where the trained model of a classifier's version is written."""
         return self.version_dir(tenant_id, classifier_id, version) / "model"
 
-    def temp_path(self, suffix: str = "") -> Path:
-        """A fresh path in the staging folder (same file system as the store, so moves are atomic)."""
+    def temp_path(self, suffix: str = "", *, owner: str | None = None) -> Path:
+        """A fresh path in the staging folder (same file system as the store, so moves are atomic).
+
+        With ``owner`` (a tenant's id) the name starts ``<owner>.``, so that :meth:`staged_bytes`
+        counts it against that tenant while it exists."""
         staging = self.root / "tmp"
-        staging.mkdir(parents=True, exist_ok=True)
-        return staging / f"{uuid.uuid4().hex}{suffix}"
+        staging.mkdir(mode=0o700, parents=True, exist_ok=True)
+        prefix = "" if owner is None else f"{_safe(owner)}{_OWNER_MARK}"
+        return staging / f"{prefix}{uuid.uuid4().hex}{suffix}"
+
+    def staged_bytes(self, owner: str) -> int:
+        """The bytes in the staging folder now under ``owner``'s name (:meth:`temp_path`): files,
+        and every file inside folders (an unpacked bundle). Entries that go while they are
+        counted count as nothing."""
+        prefix = f"{_safe(owner)}{_OWNER_MARK}"
+        total = 0
+        try:
+            entries = list(os.scandir(self.root / "tmp"))
+        except FileNotFoundError:
+            return 0
+        for entry in entries:
+            if entry.name.startswith(prefix):
+                total += _bytes_under(Path(entry.path))
+        return total
 
     def sweep_staging(self, max_age_seconds: float) -> int:
         """Delete staging entries not modified for ``max_age_seconds`` (uploads and downloads
@@ -437,6 +456,24 @@ def _resolve(root: Path, relative: str) -> Path:
     if pure.is_absolute() or ".." in pure.parts or not pure.parts:
         raise ValueError(f"not a store-relative path: {relative!r}")
     return root.joinpath(*pure.parts)
+
+
+_OWNER_MARK = "."  # between an owner's id and the rest of a staging name (ids hold no dot)
+
+
+def _bytes_under(path: Path) -> int:
+    """The size of a file, or of every file under a folder; 0 for what is gone."""
+    try:
+        if not path.is_dir() or path.is_symlink():
+            return path.lstat().st_size
+        total = 0
+        for folder, _, files in os.walk(path):
+            for name in files:
+                with contextlib.suppress(FileNotFoundError):
+                    total += os.lstat(os.path.join(folder, name)).st_size
+        return total
+    except FileNotFoundError:
+        return 0
 
 
 def _safe(ident: str) -> str:

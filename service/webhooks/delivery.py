@@ -33,20 +33,20 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.client.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
+from service.core.errors import NotFound
 from service.core.models import (
     Classifier,
     Delivery,
     StatusEvent,
-    Tenant,
     WebhookAttempt,
-    new_webhook_secret,
     utcnow,
 )
+from service.core.sealing import SealingError, key_ring
 from service.core.settings import Settings
 from service.training.jobs import BackOff
 from service.training.queue import enqueue_webhook
 from service.training.status_events import event_body
-from service.webhooks import slots
+from service.webhooks import secrets, slots
 from service.webhooks.callback_urls import Destination, UnsafeCallback, check_callback_url
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ _EXCERPT_CHARS = 200  # of a refusing receiver's reply, kept with the attempt
 _SEND_BATCH = 500  # messages one relay pass sends at most
 _LEASE_MARGIN_SECONDS = 5.0
 _FIRST_PUT_OFF_SECONDS = 0.25
+_NO_SECRET = "not sent: the webhook secret cannot be read here (the operator's secrets key; see the log)"
 
 
 @dataclass(frozen=True)
@@ -129,15 +130,20 @@ def _attempt(
         session.commit()
         return None
     session.commit()
-    found = session.execute(
-        select(StatusEvent, Tenant.webhook_secret)
-        .join(Tenant, Tenant.id == StatusEvent.tenant_id)
-        .where(StatusEvent.id == event_id)
-    ).one_or_none()
+    event = session.get(StatusEvent, event_id)
+    secret: str | None = None
+    try:
+        if event is not None:
+            secret = secrets.current_secret(session, key_ring(settings), event.tenant_id)
+    except NotFound:  # the tenant, and with it the event, was deleted
+        pass
+    except SealingError as problem:  # the operator's key is missing or not the API's
+        log.error("event %s: the tenant's webhook secret cannot be read: %s", event_id, problem)
+        return _record(session, settings, event_id, claimed.attempts, started, None, _NO_SECRET)
     session.commit()  # hold no transaction open across the HTTP call
-    if found is None:
+    if event is None or secret is None:
         return None
-    status_code, error = _post(found.StatusEvent, found.webhook_secret, settings)
+    status_code, error = _post(event, secret, settings)
     return _record(session, settings, event_id, claimed.attempts, started, status_code, error)
 
 
@@ -208,14 +214,6 @@ def send_new_events(session: Session, settings: Settings, classifier_id: str) ->
     except Exception:
         session.rollback()
         log.exception("could not send the status events of %s; the sweep will", classifier_id)
-
-
-def rotate_secret(session: Session, tenant_id: str) -> str:
-    """Give the tenant a new webhook secret, used from the next delivery attempt on; returns it."""
-    secret = new_webhook_secret()
-    session.execute(update(Tenant).where(Tenant.id == tenant_id).values(webhook_secret=secret))
-    session.commit()
-    return secret
 
 
 def _post(event: StatusEvent, secret: str, settings: Settings) -> tuple[int | None, str | None]:

@@ -51,9 +51,12 @@ def load(env: dict[str, str]) -> dict[str, Any]:
     return interpolate({key: item for key, item in raw.items() if not key.startswith("x-")}, env)
 
 
+KEYS = {"TAAS_ADMIN_KEY": "k", "TAAS_SECRETS_KEY": "s"}  # the two the file requires
+
+
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    return load({"TAAS_ADMIN_KEY": "k"})
+    return load(KEYS)
 
 
 def _check_jsonschema() -> str:
@@ -85,9 +88,40 @@ def test_the_schema_check_catches_a_broken_file(tmp_path: Path) -> None:
     assert run.returncode != 0
 
 
-def test_admin_key_is_required() -> None:
-    with pytest.raises(KeyError, match="TAAS_ADMIN_KEY"):
-        load({})
+@pytest.mark.parametrize("key", KEYS)
+def test_the_admin_key_and_the_secrets_key_are_required(key: str) -> None:
+    with pytest.raises(KeyError, match=key):
+        load({k: v for k, v in KEYS.items() if k != key})
+
+
+def test_each_key_goes_only_to_the_services_that_use_it(compose: dict[str, Any]) -> None:
+    """The training workers run tenants' data through the trainer and the webhook worker talks
+    to tenants' receivers: the admin key was in the environment of each of them."""
+    taas = {
+        n: s["environment"]
+        for n, s in compose["services"].items()
+        if "TAAS_DATA_DIR" in s.get("environment", {})
+    }
+    holders = {key: sorted(n for n, env in taas.items() if env.get(key)) for key in KEYS}
+
+    assert sorted(taas) == ["api", "migrate", "reconciler", "webhooks", "worker", "worker-cpu"]
+    assert holders == {"TAAS_ADMIN_KEY": ["api"], "TAAS_SECRETS_KEY": ["api", "migrate", "webhooks"]}
+
+
+def test_metrics_are_scraped_on_the_compose_network_not_through_the_published_port(
+    compose: dict[str, Any],
+) -> None:
+    config = (REPO_ROOT / "docker" / "nginx.conf").read_text()
+    blocked = re.search(r"location ~ (\S+) \{\s*return 404;\s*\}", config)
+    assert (
+        blocked is not None
+        and re.fullmatch(blocked.group(1), "/metrics")
+        and re.fullmatch(blocked.group(1), "/metrics/")
+    )
+    assert config.index("location ~ ^/metrics") < config.index("location / {")
+    assert compose["services"]["api"]["environment"]["TAAS_METRICS_TOKEN"] == ""
+    with_token = load({**KEYS, "TAAS_METRICS_TOKEN": "t" * 40})["services"]["api"]["environment"]
+    assert with_token["TAAS_METRICS_TOKEN"] == "t" * 40
 
 
 def test_every_reference_resolves(compose: dict[str, Any]) -> None:
@@ -133,7 +167,7 @@ def test_api_replicas_behind_one_port(compose: dict[str, Any]) -> None:
     assert "ports" not in services["api"], "replicas cannot share a host port; the proxy publishes"
     assert services["proxy"]["ports"] == ["0.0.0.0:8000:8080"]
     assert "api:8000" in (REPO_ROOT / "docker" / "nginx.conf").read_text()
-    scaled = load({"TAAS_ADMIN_KEY": "k", "TAAS_API_REPLICAS": "5"})["services"]["api"]
+    scaled = load({**KEYS, "TAAS_API_REPLICAS": "5"})["services"]["api"]
     assert int(scaled["deploy"]["replicas"]) == 5
 
 
@@ -161,7 +195,7 @@ def test_workers_gpu_reservation_and_cpu_profile(compose: dict[str, Any]) -> Non
     for worker in (gpu, cpu):
         assert worker["command"] == ["taas", "worker"]
         assert worker["stop_grace_period"] == "60s"  # time to checkpoint and requeue
-    no_gpu = load({"TAAS_ADMIN_KEY": "k", "TAAS_GPU_WORKERS": "0"})["services"]["worker"]
+    no_gpu = load({**KEYS, "TAAS_GPU_WORKERS": "0"})["services"]["worker"]
     assert int(no_gpu["deploy"]["replicas"]) == 0
 
 

@@ -20,11 +20,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from service.core.models import Base
-from tests.conftest import fresh_postgres_database
+from service.core.sealing import KeyRing, NoSecretsKey
+from tests.conftest import SECRETS_KEY, fresh_postgres_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,14 +66,18 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
-def _schema(url: str) -> dict[str, tuple[list[str], list[str]]]:
-    """Each application table's columns and index names (alembic_version left out)."""
+def _schema(url: str) -> dict[str, tuple[list[tuple[str, str, bool]], list[str]]]:
+    """Each application table's columns (name, type, nullable) and index names (alembic_version
+    left out): a revision may change only a column's type or whether it may be NULL."""
     engine = create_engine(url)
     try:
         inspector = inspect(engine)
         return {
             table: (
-                sorted(column["name"] for column in inspector.get_columns(table)),
+                sorted(
+                    (column["name"], str(column["type"]), bool(column["nullable"]))
+                    for column in inspector.get_columns(table)
+                ),
                 sorted(str(index["name"]) for index in inspector.get_indexes(table)),
             )
             for table in inspector.get_table_names()
@@ -205,6 +210,52 @@ def test_0005_makes_every_existing_classifier_its_own_version_1(fresh_url: str) 
     assert (metrics if isinstance(metrics, dict) else json.loads(metrics)) == {"accuracy": 0.9}
     assert [tuple(v) for v in views] == [("busy", None, 1, "auto"), ("ready", 1, 1, "auto")]
     assert [tuple(j) for j in jobs] == [("busy", 1), ("ready", 1)]
+
+
+def test_0007_seals_every_plain_text_webhook_secret_and_without_a_key_changes_nothing(fresh_url: str) -> None:
+    """Secrets an older release stored in plain text: sealed by the upgrade, in its transaction,
+    with the key ``taas migrate`` passes; with no key the upgrade stops, saying what to set,
+    before it changes anything. The downgrade gives them back in plain text."""
+    config = _config(fresh_url)
+    command.upgrade(config, "0006")
+    engine = create_engine(fresh_url)
+    plain = {"a": "whsec_alpha", "b": "whsec_beta"}
+    try:
+        with engine.begin() as conn:
+            for tenant_id, secret in plain.items():
+                conn.execute(
+                    text(
+                        "INSERT INTO tenants (id, name, created_at, webhook_secret) "
+                        "VALUES (:id, :id, '2026-01-01 12:00:00', :secret)"
+                    ),
+                    {"id": tenant_id, "secret": secret},
+                )
+
+        def no_key() -> KeyRing:
+            raise NoSecretsKey("no key to seal secrets with: set TAAS_SECRETS_KEY")
+
+        config.attributes["key_ring"] = no_key
+        with pytest.raises(NoSecretsKey, match="set TAAS_SECRETS_KEY"):
+            command.upgrade(config, "0007")
+        assert _revision(fresh_url) == "0006"
+        assert _stored(engine) == plain
+
+        config.attributes["key_ring"] = lambda: KeyRing(SECRETS_KEY)
+        command.upgrade(config, "0007")
+        sealed = _stored(engine)
+        assert all(value.startswith("taas1:") for value in sealed.values()), sealed
+        ring = KeyRing(SECRETS_KEY)
+        assert {t: ring.open(v, place=f"tenants.webhook_secret:{t}") for t, v in sealed.items()} == plain
+
+        command.downgrade(config, "0006")
+        assert _stored(engine) == plain
+    finally:
+        engine.dispose()
+
+
+def _stored(engine: Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        return dict(conn.execute(text("SELECT id, webhook_secret FROM tenants ORDER BY id")).all())  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -6,15 +6,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.app import create_app
+from service.core.settings import Settings
 from service.training.worker_registry import WorkerInfo
+from tests.conftest import METRICS_HEADERS, METRICS_TOKEN
 from tests.ops.conftest import FinishedJob
 
 
 def _samples(client: TestClient) -> dict[str, list[tuple[dict[str, str], float]]]:
-    reply = client.get("/metrics")
+    reply = client.get("/metrics", headers=METRICS_HEADERS)
     assert reply.status_code == 200
     assert reply.headers["content-type"].startswith("text/plain; version=0.0.4")
     found: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -86,3 +90,44 @@ def test_metrics_count_the_live_workers_and_the_age_of_each_ones_heartbeat(
     labels = {"worker": worker.worker_id, "host": worker.host, "device": "cuda:0 Test GPU"}
     ages = [value for seen, value in found["taas_worker_last_heartbeat_seconds"] if seen == labels]
     assert len(ages) == 1 and 0 <= ages[0] < 60
+
+
+@pytest.mark.parametrize(
+    ("authorization", "status"),
+    [
+        (None, 401),
+        ("Bearer not-the-token", 401),
+        ("Basic " + METRICS_TOKEN, 401),
+        (f"Bearer {METRICS_TOKEN}", 200),
+    ],
+    ids=["none", "wrong", "not-bearer", "the-token"],
+)
+def test_metrics_answer_only_a_scrape_that_brings_the_metrics_token(
+    client: TestClient, tenant: Any, admin_headers: dict[str, str], authorization: str | None, status: int
+) -> None:
+    """The series name jobs, tenants' throughput and the workers' hosts and pids, and were
+    served to anyone who reached the API's port (the Compose proxy's included)."""
+    for key in (tenant.headers, admin_headers):  # neither key opens them
+        assert client.get("/metrics", headers=key).status_code == 401
+    headers = {} if authorization is None else {"Authorization": authorization}
+
+    reply = client.get("/metrics", headers=headers)
+
+    assert reply.status_code == status, reply.text
+    if status == 401:
+        assert reply.json()["description"].startswith("/metrics needs the metrics token")
+
+
+def test_without_a_metrics_token_metrics_answer_only_this_host(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    app = create_app(settings_factory(metrics_token=None))
+    with (
+        TestClient(app, client=("203.0.113.9", 50000)) as remote,
+        TestClient(app, client=("127.0.0.1", 50000)) as here,
+    ):
+        refused, served = remote.get("/metrics"), here.get("/metrics")
+
+    assert refused.status_code == 403
+    assert "set TAAS_METRICS_TOKEN" in refused.json()["description"]
+    assert served.status_code == 200 and "taas_http_requests_total" in served.text

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from service.storage.store import ArtifactStore
-from tests.service.helpers import make_available, nlc_files, train_tiny_model
+from tests.service.helpers import make_available, nlc_files, serving_in_thread, train_tiny_model
 
 LABELLED = "text,label\nhot today?,temperature\nraining?,conditions\ncold tonight?,temperature\n"
 
@@ -54,3 +56,11 @@ def estate_factory(
         return Estate(tenant, created.json(), dataset.json())
 
     return build
+
+
+@contextmanager
+def serving(app: FastAPI) -> Iterator[tuple[int, FastAPI]]:
+    """``app`` served by uvicorn on a free local port, in a thread, until the block ends: its
+    port, and the app."""
+    with serving_in_thread(app) as port:
+        yield port, app

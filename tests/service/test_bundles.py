@@ -154,6 +154,31 @@ def test_a_bad_bundle_is_400_naming_the_problem_and_leaves_nothing(
     assert left == staged == [], "files left behind"
 
 
+@pytest.mark.parametrize("field", ["name", "language"])
+def test_an_imported_bundles_fields_that_are_not_utf8_are_400_naming_them(
+    client: TestClient,
+    tenant: Any,
+    tenant_factory: Callable[..., Any],
+    available: str,
+    store: ArtifactStore,
+    field: str,
+) -> None:
+    """A name of invalid UTF-8 was stored with replacement characters ('caf\ufffd'), where a
+    dataset's name part, or a query, is refused."""
+    other = tenant_factory()
+    files = {
+        "bundle": ("model.taas", _export(client, available, tenant), "application/gzip"),
+        field: (None, b"caf\xe9"),
+    }
+
+    reply = client.post("/v1/classifiers/import", files=files, headers=other.headers)
+
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["description"] == f"{field}: is not valid UTF-8 (byte 3)"
+    assert client.get("/v1/classifiers", headers=other.headers).json()["classifiers"] == []
+    assert [p for p in store.root.rglob("*") if p.is_file() and other.id in str(p)] == []
+
+
 def test_an_import_needs_a_bundle_a_good_name_and_a_free_classifier_quota(
     client: TestClient,
     tenant: Any,
@@ -239,9 +264,9 @@ def test_an_export_onto_a_full_disk_is_503_saying_so(
     export said the model could not be read, and the file's close raised again (a 500)."""
     real_temp_path = ArtifactStore.temp_path
 
-    def staging(store: ArtifactStore, suffix: str = "") -> Path:
+    def staging(store: ArtifactStore, suffix: str = "", owner: str | None = None) -> Path:
         if suffix != ".taas":
-            return real_temp_path(store, suffix)
+            return real_temp_path(store, suffix, owner=owner)
         full = tmp_path / "full.taas"
         full.symlink_to("/dev/full")
         return full

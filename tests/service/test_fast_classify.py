@@ -21,6 +21,7 @@ from service.api import fast_classify
 from service.api.schemas import Classification, ClassificationCollection
 from service.app import create_app
 from service.core.settings import Settings
+from tests.conftest import METRICS_HEADERS
 
 TEXT = {"text": "is it going to rain"}
 
@@ -94,7 +95,7 @@ def test_a_cached_call_asks_the_database_nothing_and_answers_as_the_route(
     reply_model.model_validate(cached.json())  # the documented response model
     samples = {
         (s.labels.get("route"), s.labels.get("status")): s.value
-        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for family in text_string_to_metric_families(client.get("/metrics", headers=METRICS_HEADERS).text)
         for s in family.samples
         if s.name == "taas_http_requests_total"
     }
@@ -135,7 +136,7 @@ def test_a_cached_get_classify_asks_the_database_nothing_and_answers_as_the_json
     assert by_query.json() == by_body
     samples = {
         (s.labels.get("method"), s.labels.get("status")): s.value
-        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for family in text_string_to_metric_families(client.get("/metrics", headers=METRICS_HEADERS).text)
         for s in family.samples
         if s.name == "taas_http_requests_total" and s.labels.get("route", "").endswith("/classify")
     }
@@ -176,7 +177,7 @@ def test_a_get_classify_that_memory_cannot_answer_gets_the_routes_answer(
         ({"text": "   "}, {}, 400),  # NLC: text must not be empty
         ({"text": "x" * 2049}, {}, 400),  # over max_classify_chars
         ({"txt": "rain"}, {}, 400),
-        (None, {"content-type": "text/plain"}, 400),
+        (None, {"content-type": "text/plain"}, 415),  # a type classify does not read
         (None, {"Authorization": "Bearer taas_not-a-key"}, 401),
         (None, {"Authorization": "Digest x"}, 401),
         ({"collection": [{"text": "rain"}]}, {}, 400),  # a collection body sent to classify

@@ -404,11 +404,11 @@ def test_an_upload_onto_a_full_disk_is_503_and_leaves_nothing(
     real_temp_path = ArtifactStore.temp_path
     calls = 0
 
-    def staging(store: ArtifactStore, suffix: str = "") -> Path:
+    def staging(store: ArtifactStore, suffix: str = "", owner: str | None = None) -> Path:
         nonlocal calls
         calls += 1
         if calls <= full_from:
-            return real_temp_path(store, suffix)
+            return real_temp_path(store, suffix, owner=owner)
         full = tmp_path / f"full-{calls}{suffix}"
         full.symlink_to("/dev/full")
         return full

@@ -78,6 +78,7 @@ def start_webhook_worker(
             "TAAS_DATABASE_URL": settings.resolved_database_url(),
             "TAAS_REDIS_URL": BROKER_URL,
             "TAAS_DATA_DIR": str(settings.data_dir),
+            "TAAS_SECRETS_KEY": str(settings.secrets_key),  # the API's: it opens what the API sealed
             **WEBHOOK_ENV,
         }
         with open(tmp_path / "webhooks.log", "ab") as log:

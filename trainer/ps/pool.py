@@ -26,7 +26,7 @@ import torch
 from torch.multiprocessing.reductions import shared_cache
 
 from trainer.errors import TrainerError
-from trainer.processes import start_fork_server, trainer_context
+from trainer.processes import start_fork_server, sweep_orphaned_semaphores, trainer_context
 from trainer.ps import counters as C
 from trainer.ps.learner import Learner, ShardData, Task, learner_entry, run_shard
 from trainer.ps.server import ParameterServer
@@ -143,6 +143,7 @@ class ProcessPool:
     def __init__(self, learners: int, stripes: int = 0) -> None:
         self.learners = learners
         self.ctx = trainer_context()
+        sweep_orphaned_semaphores()  # of trainings killed with their whole tree, before making ours
         self.apply_lock = self.ctx.Lock()
         self.publish = [self.ctx.Lock() for _ in range(learners)]
         self.stripes = [self.ctx.Lock() for _ in range(stripes)]

@@ -15,6 +15,7 @@ from service.api.deps import (
     PageDep,
     SessionDep,
     SettingsDep,
+    StagingDep,
     StoreDep,
     TenantDep,
     without_db_slot,
@@ -64,7 +65,12 @@ def _base_url(scheme: str, host: bytes | None, server: tuple[str, int] | None, r
 
 @router.post("", response_model=ClassifierInfo, openapi_extra=bodies.NEW_CLASSIFIER)
 async def create_classifier(
-    request: Request, tenant: TenantDep, session: SessionDep, settings: SettingsDep, store: StoreDep
+    request: Request,
+    tenant: TenantDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    staging: StagingDep,
 ) -> ClassifierInfo:
     """NLC multipart create, or JSON ``{"name", "language", "dataset_id"}`` (extension); either
     may name a ``callback_url`` for status webhooks (extension)."""
@@ -74,7 +80,7 @@ async def create_classifier(
     else:
         upload = await without_db_slot(
             session,
-            read_upload(request, store, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})),
+            read_upload(request, staging, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})),
             discard=Upload.discard,
         )
         create = partial(intake.classifier_from_upload, upload)

@@ -11,6 +11,7 @@ from service.api.deps import (
     PageDep,
     SessionDep,
     SettingsDep,
+    StagingDep,
     StoreDep,
     TenantDep,
     without_db_slot,
@@ -31,12 +32,13 @@ async def upload_dataset(
     session: SessionDep,
     settings: SettingsDep,
     store: StoreDep,
+    staging: StagingDep,
     name: str | None = None,
 ) -> DatasetInfo:
     """CSV (header ``text,label``) or JSON Lines, as multipart or as the raw body."""
     upload = await without_db_slot(
         session,
-        read_upload(request, store, settings.max_upload_bytes, intake.DATASET_PARTS),
+        read_upload(request, staging, settings.max_upload_bytes, intake.DATASET_PARTS),
         discard=Upload.discard,
     )
     dataset = await run_in_threadpool(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from fastapi import BackgroundTasks, Path, Request
+from fastapi import Path, Request
 from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -17,6 +17,7 @@ from service.api.deps import (
     ModelCacheDep,
     SessionDep,
     SettingsDep,
+    StagingDep,
     StoreDep,
     without_db_slot,
 )
@@ -41,7 +42,12 @@ def _info(request: Request, session: Session, classifier: Classifier, number: in
 
 @router.post("", response_model=VersionInfo, status_code=201, openapi_extra=bodies.NEW_VERSION)
 async def create_version(
-    request: Request, classifier: ClassifierDep, session: SessionDep, settings: SettingsDep, store: StoreDep
+    request: Request,
+    classifier: ClassifierDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    staging: StagingDep,
 ) -> VersionInfo:
     """Train version N+1 while the serving version keeps serving: NLC's multipart
     (``training_data``, optional ``training_metadata`` with a ``callback_url``) or JSON
@@ -53,7 +59,7 @@ async def create_version(
     else:
         upload = await without_db_slot(
             session,
-            read_upload(request, store, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})),
+            read_upload(request, staging, settings.max_upload_bytes, frozenset({intake.TRAINING_DATA})),
             discard=Upload.discard,
         )
         create = partial(intake.version_from_upload, upload)
@@ -122,14 +128,13 @@ def export_version_bundle(
     classifier: ClassifierDep,
     session: SessionDep,
     store: StoreDep,
-    cleanup: BackgroundTasks,
+    staging: StagingDep,
     version: int = VersionNumber,
 ) -> FileResponse:
     """The version's model as one portable archive; 409 unless the version is Available."""
     found = versions.get_version(session, classifier, version)
     return bundle_response(
-        store,
-        cleanup,
+        staging,
         f"{classifier.id}-v{version}.taas",
         partial(
             bundles.export,

@@ -1,9 +1,11 @@
 """`python -m trainer fit|eval`: train a model from a CSV file, or evaluate one on a CSV file.
 
     python -m trainer fit TRAIN.csv --out MODEL_DIR [--workdir D] [--learners K] [--device D]
-                          [--multi-label]
+                          [--language L] [--multi-label]
         K learner processes on the embedded parameter server (0 = one per core, the
-        default; 1 = in-process). A live progress line on stderr, a JSON summary on stdout. Checkpoints go to
+        default; 1 = in-process). --language (default en): English trains on the shared
+        sentence encoder beside the n-grams (trainer.hparams.encoder_for), other languages on
+        the n-grams alone. A live progress line on stderr, a JSON summary on stdout. Checkpoints go to
         D (default MODEL_DIR.ckpt beside MODEL_DIR); rerunning an interrupted fit (Ctrl-C,
         a crash) resumes from them. The default workdir is removed after success.
         --multi-label: the rows of one text are one example with all their labels.
@@ -27,9 +29,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainer.data import LabelledData, read_labelled_csv
+from trainer.encoder import SentenceEncoder, shared_encoder
 from trainer.engine import train
 from trainer.errors import TrainerError, TrainingStopped
 from trainer.evaluate import classification_report, multilabel_report
+from trainer.hparams import encoder_for
 from trainer.inference import LoadedModel
 from trainer.progress import Progress
 
@@ -81,6 +85,7 @@ def _fit(args: argparse.Namespace) -> int:
             on_progress=_print_progress,
             should_stop=lambda: stop_requested,
             multi_label=args.multi_label,
+            encoder=_encoder(args.language),
         )
     except TrainingStopped as exc:
         sys.stderr.write(f"\n{exc}; run the same command again to resume\n")
@@ -136,6 +141,12 @@ def _multilabel_scores(model: LoadedModel, data: LabelledData) -> dict[str, obje
     return {**report, "threshold": model.threshold}
 
 
+def _encoder(language: str) -> SentenceEncoder | None:
+    """The shared sentence encoder a classifier in ``language`` trains on (None: n-grams)."""
+    spec = encoder_for(language)
+    return shared_encoder(spec.name) if spec is not None else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m trainer", description="Train or evaluate a taas model.")
@@ -153,6 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="cpu",
         help="cpu (default), or cuda: one learner replaying its steps as CUDA graphs (under Adam, or "
         "with K > 1, K learners as CUDA streams sharing one GPU)",
+    )
+    fit.add_argument(
+        "--language",
+        default="en",
+        help="the texts' language, an NLC code (default en: on the sentence encoder; others: n-grams alone)",
     )
     fit.add_argument(
         "--multi-label",

@@ -7,7 +7,8 @@ Tenants' data is rarely balanced: a new intent arrives with ten examples beside 
 hundreds. For each folder only ``train.csv`` is read, and it is split as in
 benchmarks/validation_sweep.py (the same folds, systems, ``--set`` and ``--variant``). On each
 split, each class in turn is cut to ``--rare-rows`` training rows (a seeded sample; the other
-classes keep theirs) and every system trains on that; the validation rows stay whole.
+classes keep theirs) and every system trains on that; the validation rows stay whole. taas
+trains its n-gram model here (the encoder's share of rare classes: validation_sweep --encoder).
 
 Prints one JSON line per dataset and system: ``rare_recall``, the share of the rare class's
 validation rows it gets right, pooled over every class and split; ``accuracy``, over all the
@@ -66,7 +67,7 @@ def imbalance(
             train_data = cut_class(subset(data, train_rows), label, rare_rows, seed=split)
             rare = np.asarray(validation.labels) == label
             for system, hparams in systems.items():
-                runs[system].append((_taas(hparams, train_data, validation), rare))
+                runs[system].append((_taas(hparams, train_data, validation, None), rare))
             for system in PEERS:
                 runs[system].append((_peer(system, train_data, validation), rare))
     base = np.concatenate([c[r] for (c, _), r in runs["taas"]])

@@ -90,7 +90,7 @@ def step_us(folder: Path, steps: int, rounds: int) -> dict[str, float]:
     """Best round's microseconds per ``compute`` of each task on the job's first batches."""
     hparams = DEFAULT_HPARAMS
     data = read_labelled_csv(folder / "train.csv")
-    prepared = trainer.engine._prepare(data, hparams, "bench", trainer.engine._split(data, hparams))
+    prepared = trainer.engine._prepare(data, hparams, "bench", trainer.engine._split(data, hparams), None)
     rows = len(prepared.train_targets)
     walked: list[Batch] = []
     epoch = 1

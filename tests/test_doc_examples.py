@@ -23,7 +23,7 @@ from service.app import create_app
 from service.core.db import make_engine, session_factory
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore
-from tests.conftest import ADMIN_KEY, REDIS_TEST_URL, REPO_ROOT, migrated_database
+from tests.conftest import ADMIN_KEY, REDIS_TEST_URL, REPO_ROOT, SECRETS_KEY, migrated_database
 from tests.service.conftest import tiny_model  # noqa: F401  (a fixture)
 from tests.service.helpers import make_available, nlc_files, serving_in_thread
 
@@ -59,6 +59,7 @@ def variables(tmp_path: Path, tiny_model: Path) -> Iterator[dict[str, str]]:  # 
             database_url=database_url,
             redis_url=REDIS_TEST_URL,
             admin_key=ADMIN_KEY,
+            secrets_key=SECRETS_KEY,
             cross_fit_folds=0,
         )
         engine = make_engine(settings)

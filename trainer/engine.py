@@ -548,11 +548,7 @@ def train(
     if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
         raise TrainerError(f"device {device!r} is not available here")
     if vectors is None and encoder is not None:
-        ProgressReporter(on_progress, hparams.progress_every_seconds, 0, 1, max(learners, 1)).report(
-            "encoding", epoch=1, step=0, loss=None, checkpoints=0, resumed=0
-        )
-        with encoder_threads(default_learners()):
-            vectors = encode_texts(encoder, data.texts, cache_dir=Path(workdir))
+        vectors = _encode(encoder, data, Path(workdir), hparams, learners, on_progress, should_stop)
     with _single_threaded(), forgetting_freed_storages():
         for attempt in range(MAX_RESTARTS + 1):
             try:
@@ -573,6 +569,34 @@ def train(
                     raise TrainerError(f"training restarted {attempt} times and failed again: {exc}") from exc
                 log.warning("training session abandoned (%s); restarting from the last checkpoint", exc)
     raise AssertionError("unreachable")
+
+
+def _encode(
+    encoder: SentenceEncoder,
+    data: TrainingData,
+    workdir: Path,
+    hparams: HParams,
+    learners: int,
+    on_progress: Callable[[Progress], None],
+    should_stop: Callable[[], bool],
+) -> SentenceVectors:
+    """Phase "encoding": the sentence embeddings of every text, on all cores (kept in
+    ``workdir`` for a resume). Its progress counts texts (``step`` of ``total_steps``, with an
+    ETA), and a stop is seen between batches: a minute on 10,000 texts is too long to ignore a
+    cancel. Nothing is checkpointed then (TrainingStopped at update 0, no file)."""
+    reporter = ProgressReporter(
+        on_progress, hparams.progress_every_seconds, len(set(data.texts)), 1, max(learners, 1)
+    )
+
+    def batch_done(done: int) -> None:
+        if should_stop():
+            raise TrainingStopped(0, None)
+        if reporter.due():
+            reporter.report("encoding", epoch=1, step=done, loss=None, checkpoints=0, resumed=0)
+
+    reporter.report("encoding", epoch=1, step=0, loss=None, checkpoints=0, resumed=0)
+    with encoder_threads(default_learners()):
+        return encode_texts(encoder, data.texts, cache_dir=workdir, on_batch=batch_done)
 
 
 def _train_steadied(data: TrainingData, *, workdir: Path, hparams: HParams, **kwargs: Any) -> TrainResult:

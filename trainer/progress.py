@@ -11,10 +11,12 @@ from dataclasses import asdict, dataclass
 class Progress:
     """A snapshot of a training job, reported about once a second and at each phase change."""
 
-    phase: str  # "preparing" | "training" | "evaluating" | "saving" | "done"
+    phase: str  # "encoding" | "preparing" | "training" | "evaluating" | "saving" | "done"
     epoch: int  # 1-based current epoch
-    step: int  # updates applied so far (global, across resumes)
-    total_steps: int  # planned updates (upper bound when early stopping may end sooner)
+    # updates applied so far (global, across resumes); while "encoding", texts encoded
+    step: int
+    # planned updates (upper bound when early stopping may end sooner); while "encoding", texts
+    total_steps: int
     loss: float | None  # running mean training loss of the current epoch (else of the last one)
     samples_per_second: float
     eta_seconds: float | None
@@ -91,7 +93,7 @@ class ProgressReporter:
         elapsed = now - self.started
         rate = (step - self.start_version) / elapsed if elapsed > 0 else 0.0
         remaining = max(self.total_steps - step, 0)
-        if phase == "training":
+        if phase in ("training", "encoding"):  # encoding: of its own steps (texts), not the job's
             eta = remaining / rate if rate > 0 else (0.0 if remaining == 0 else None)
         else:  # unknown while it prepares, evaluates (cross-fitting: half a job) or saves
             eta = 0.0 if phase == "done" else None

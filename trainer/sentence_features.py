@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -54,9 +54,11 @@ def encode_texts(
     texts: Sequence[str],
     cache_dir: Path | None = None,
     layers: tuple[int, ...] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> SentenceVectors:
     """The embeddings of every distinct text of ``texts`` (of ``layers``; default: the
-    encoder's, SentenceEncoder.encode).
+    encoder's, SentenceEncoder.encode, which calls ``on_batch`` with the distinct texts encoded
+    so far).
 
     With ``cache_dir``, they are kept there (CACHE_FILE, written atomically) and read back by a
     later call for the same texts and encoder weights instead of encoding again: a job resumed
@@ -67,7 +69,7 @@ def encode_texts(
     key = _cache_key(f"{encoder.sha256} {layers}", distinct)
     matrix = _read_cache(cache_dir / CACHE_FILE, key) if cache_dir is not None else None
     if matrix is None or matrix.shape != (len(distinct), encoder.width(layers)):
-        matrix = encoder.encode(distinct, layers)
+        matrix = encoder.encode(distinct, layers, on_batch=on_batch)
         if cache_dir is not None:
             buffer = io.BytesIO()
             np.savez(buffer, key=np.array(key), matrix=matrix)

@@ -77,6 +77,7 @@ from trainer.errors import (
     WeightsOutOfBounds,
 )
 from trainer.hparams import DEFAULT_HPARAMS, HParams, encoder_for
+from trainer.sentence_features import CACHE_FILE as VECTORS_CACHE
 from workers.fair_share import FairShare
 from workers.lease import LeaseKeeper
 
@@ -557,6 +558,9 @@ class _JobRun:
         """Store the checkpoint ``path`` for every node (and remove the rotated-out one) before
         the pointer names it; once, however many tries the pointer takes."""
         if path != self._published:
+            vectors = path.parent / VECTORS_CACHE
+            if self._published is None and vectors.is_file():  # once a claim: a resume skips the encoder
+                self.store.publish(vectors)
             self.store.publish(path)
             self.store.prune(path.parent)
             self._published = path
@@ -671,8 +675,9 @@ def _claim_epoch(name: str) -> int:
 
 
 def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> int | None:
-    """Put the job's recorded checkpoint, and the older one the trainer kept beside it, into
-    this claim's fresh ``workdir``; returns the recorded step, None when there is nothing to
+    """Put the job's recorded checkpoint, the older one the trainer kept beside it, and the
+    cached sentence embeddings of its texts (the encoder's minute on 10,000 texts) into this
+    claim's fresh ``workdir``; returns the recorded step, None when there is nothing to
     resume from.
 
     The trainer resumes from the newest intact file there, so a recorded checkpoint that is
@@ -695,6 +700,12 @@ def _seed_workdir(store: ArtifactStore, context: JobContext, workdir: Path) -> i
     if not seeded:
         log.warning("job %s: recorded checkpoint %s is missing; starting over", context.job_id, recorded)
         return None
+    with contextlib.suppress(FileNotFoundError):  # the texts' embeddings, when the job has an encoder
+        read_fetched(
+            store.fetch,
+            recorded.parent / VECTORS_CACHE,
+            partial(_link_or_copy, target=workdir / VECTORS_CACHE),
+        )
     return context.checkpoint_step
 
 

@@ -3,9 +3,10 @@ restarts meanwhile, and exit 1 unless the classifier or version ends Available (
 how well it did: its accuracy on the held-out texts).
 
 The bar has a row per phase the trainer reports (``encoding``, ``preparing``, ``training``,
-``evaluating``, ``saving``): the training's row fills with its steps; the others, whose length
-nobody knows, pulse until the next phase starts. (One row filled by the steps sat at 100 %
-through the evaluation, which can take as long as the training.)"""
+``evaluating``, ``saving``): the training's row fills with its steps and the encoding's with its
+texts; the others, whose length nobody knows, pulse until the next phase starts. (One row
+filled by the steps sat at 100 % through the evaluation, which can take as long as the
+training.)"""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def phase_view(found: Any) -> PhaseView:
     progress = found.get("progress") or {}
     phase = str(progress.get("phase") or found["status"])
     total = progress.get("total_steps")
-    if phase == "training" and total:
+    if phase in ("training", "encoding") and total:  # encoding counts texts
         return PhaseView(phase, int(total), int(progress.get("step") or 0), progress_line(progress))
     return PhaseView(phase, None, 0, progress_line(progress))
 
@@ -131,7 +132,7 @@ def progress_line(progress: dict[str, Any]) -> str:
         parts.append(f"step {progress['step']}/{progress.get('total_steps') or '?'}")
     if progress.get("loss") is not None:
         parts.append(f"loss {progress['loss']:.4f}")
-    if progress.get("phase") == "training" and progress.get("eta_seconds") is not None:
+    if progress.get("phase") in ("training", "encoding") and progress.get("eta_seconds") is not None:
         parts.append(f"ETA {_duration(progress['eta_seconds'])}")
     return "  ".join(parts)
 

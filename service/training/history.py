@@ -24,7 +24,10 @@ _FIELDS = ("epoch", "step", "loss", "samples_per_second", "validation_accuracy")
 
 
 def with_point(history: list[dict[str, Any]], progress: dict[str, Any], at: float) -> list[dict[str, Any]]:
-    """``history`` plus a point of ``progress`` at unix time ``at``, thinned to MAX_POINTS."""
+    """``history`` plus a point of ``progress`` at unix time ``at``, thinned to MAX_POINTS.
+    The encoding phase adds none: its steps count texts, not updates."""
+    if progress.get("phase") == "encoding":
+        return history
     point = {"t": round(at, 3), **{name: progress.get(name) for name in _FIELDS}}
     points = [*history, point]
     if len(points) > MAX_POINTS:

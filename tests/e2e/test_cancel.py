@@ -25,7 +25,7 @@ def test_cancel_stops_training_frees_the_worker_and_resume_continues_from_the_ch
 ) -> None:
     with chaos.platform(tmp_path, "embedded") as up:
         _, client = up.tenant()
-        classifier_id = chaos.create_classifier(client, chaos.long_csv())
+        classifier_id = chaos.create_classifier(client, chaos.long_csv(), language=chaos.NGRAM_LANGUAGE)
         seen = chaos.wait_step(client, classifier_id, checkpoints=1)
 
         reply = client.post(f"/v1/classifiers/{classifier_id}/cancel")
@@ -55,7 +55,7 @@ def test_cancel_stops_training_frees_the_worker_and_resume_continues_from_the_ch
 def test_delete_during_training_stops_it_and_removes_every_file(tmp_path: Path) -> None:
     with chaos.platform(tmp_path, "embedded") as up:
         tenant_id, client = up.tenant()
-        classifier_id = chaos.create_classifier(client, chaos.long_csv())
+        classifier_id = chaos.create_classifier(client, chaos.long_csv(), language=chaos.NGRAM_LANGUAGE)
         chaos.wait_step(client, classifier_id, checkpoints=1)
         folder = up.artifacts / "tenants" / tenant_id / "classifiers" / classifier_id
         assert folder.is_dir()

@@ -27,9 +27,9 @@ pytestmark = pytest.mark.e2e
 TRAIN_TIMEOUT = 180.0
 
 
-def create_classifier(client: httpx.Client, training_csv: Path, name: str) -> str:
+def create_classifier(client: httpx.Client, training_csv: Path, name: str, language: str = "en") -> str:
     """Upload NLC training data the way NLC clients do (multipart); the new classifier's id."""
-    metadata = json.dumps({"name": name, "language": "en"})
+    metadata = json.dumps({"name": name, "language": language})
     with open(training_csv, "rb") as data:
         reply = client.post(
             "/v1/classifiers",
@@ -208,7 +208,7 @@ def test_job_training_at_sigterm_checkpoints_and_the_next_up_resumes_it(
     training_csv = tmp_path / "long.csv"
     training_csv.write_text(chaos.long_csv())
     with platform.client(tenant_key) as client:
-        classifier_id = create_classifier(client, training_csv, "long")
+        classifier_id = create_classifier(client, training_csv, "long", chaos.NGRAM_LANGUAGE)
 
         def training_steps() -> bool:
             info = client.get(f"/v1/classifiers/{classifier_id}").json()

@@ -1,5 +1,5 @@
 """ModelCache's tenant-fair eviction with models of different sizes (fake models: only their
-``nbytes`` matters to the budget)."""
+``nbytes`` matters to the budget, and they read no shared encoder)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ MB = 1 << 20
 @dataclass
 class _Fake:
     nbytes: int
+    encoder: None = None
 
 
 def test_a_tenant_cycling_small_models_does_not_evict_another_tenants_large_hot_model(

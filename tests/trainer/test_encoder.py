@@ -49,10 +49,12 @@ def test_the_embedding_is_sentence_transformers_own(encoder: SentenceEncoder) ->
 def test_a_text_has_the_same_embedding_whatever_else_is_in_its_batch(encoder: SentenceEncoder) -> None:
     together = encoder.encode(TEXTS)
     alone = np.vstack([encoder.encode([text]) for text in TEXTS])
-    in_small_batches = encoder.encode(TEXTS, batch_size=2)
+    done: list[int] = []
+    in_small_batches = encoder.encode(TEXTS, batch_size=2, on_batch=done.append)
 
     np.testing.assert_allclose(together, alone, atol=1e-5)
     np.testing.assert_allclose(together, in_small_batches, atol=1e-5)
+    assert done == [min(n, len(TEXTS)) for n in range(2, len(TEXTS) + 2, 2)]  # texts so far, a batch at a time
     assert encoder.encode([]).shape == (0, encoder.width(MINILM.layers))
 
 

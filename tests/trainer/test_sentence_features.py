@@ -23,6 +23,7 @@ from trainer.errors import TrainerError, TrainingStopped
 from trainer.features import Bags
 from trainer.hparams import HParams
 from trainer.inference import META_FILE, SENTENCE_FORMAT, WEIGHTS_FILE, LoadedModel
+from trainer.progress import Progress
 from trainer.sentence_features import CACHE_FILE, SentenceInput, encode_texts
 
 
@@ -185,6 +186,28 @@ def test_a_stopped_and_resumed_encoder_run_equals_the_uninterrupted_one(
     actual = torch.load(tmp_path / "o" / WEIGHTS_FILE, weights_only=True)
     for key in expected:
         assert torch.equal(expected[key], actual[key]), key
+
+
+def test_the_encoding_reports_its_texts_and_a_stop_ends_it_between_batches(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams, encoder: SentenceEncoder
+) -> None:
+    """A cancel during the encoder's minute is seen at the next batch: nothing was trained, so
+    nothing is checkpointed."""
+    reports: list[Progress] = []
+    with pytest.raises(TrainingStopped) as stopped:
+        train(
+            small_data,
+            workdir=tmp_path / "w",
+            out_dir=tmp_path / "o",
+            hparams=quick_hparams,
+            encoder=encoder,
+            on_progress=reports.append,
+            should_stop=lambda: True,
+        )
+    assert (stopped.value.applied_updates, stopped.value.checkpoint) == (0, None)
+    assert [r.phase for r in reports] == ["encoding"]
+    assert (reports[0].step, reports[0].total_steps) == (0, len(set(small_data.texts)))
+    assert not (tmp_path / "w" / CACHE_FILE).exists()
 
 
 def test_an_n_gram_checkpoint_is_not_resumed_by_an_encoder_run(

@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -72,12 +72,17 @@ class SentenceEncoder:
         return self.dim * len(layers)
 
     def encode(
-        self, texts: Sequence[str], layers: Sequence[int] | None = None, batch_size: int = ENCODE_BATCH
+        self,
+        texts: Sequence[str],
+        layers: Sequence[int] | None = None,
+        batch_size: int = ENCODE_BATCH,
+        on_batch: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         """Sentence embeddings (len(texts) x width(layers), float32), in the texts' order: for
         each of ``layers`` (default: the spec's), the mean of the text's tokens' outputs of that
         layer, L2-normalised, side by side. ``(num_layers,)`` is the encoder's own sentence
-        embedding, as sentence-transformers gives it."""
+        embedding, as sentence-transformers gives it. ``on_batch(done)`` is called after each
+        batch with the number of texts encoded so far (what it raises ends the call)."""
         layers = tuple(self.spec.layers if layers is None else layers)
         if not layers or not all(1 <= depth <= self.layers for depth in layers):
             raise ValueError(f"layers {layers}: each must be 1 to {self.layers}")
@@ -95,6 +100,8 @@ class SentenceEncoder:
             for first in range(0, len(order), batch_size):
                 rows = order[first : first + batch_size]
                 out[rows] = self._forward([ids[i] for i in rows], layers).numpy()
+                if on_batch is not None:
+                    on_batch(first + len(rows))
         return out
 
     def _forward(self, ids: list[list[int]], layers: tuple[int, ...]) -> torch.Tensor:

@@ -54,7 +54,7 @@ def test_a_text_has_the_same_embedding_whatever_else_is_in_its_batch(encoder: Se
 
     np.testing.assert_allclose(together, alone, atol=1e-5)
     np.testing.assert_allclose(together, in_small_batches, atol=1e-5)
-    assert done == [min(n, len(TEXTS)) for n in range(2, len(TEXTS) + 2, 2)]  # texts so far, a batch at a time
+    assert done == [min(n, len(TEXTS)) for n in range(2, len(TEXTS) + 2, 2)]  # texts so far
     assert encoder.encode([]).shape == (0, encoder.width(MINILM.layers))
 
 

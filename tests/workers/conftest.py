@@ -85,9 +85,12 @@ def intents_csv(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def queue_job(session: Session, worker_settings: Settings, tmp_path: Path) -> Callable[..., QueuedJob]:
-    """Record a tenant, dataset, classifier and queued job for a labelled CSV."""
+    """Record a tenant, dataset, classifier and queued job for a labelled CSV (English: it trains
+    on the sentence encoder; ``NGRAMS_ONLY``: on n-grams alone)."""
 
-    def make(csv_path: Path, settings: Settings | None = None, tenant_id: str | None = None) -> QueuedJob:
+    def make(
+        csv_path: Path, settings: Settings | None = None, tenant_id: str | None = None, language: str = "en"
+    ) -> QueuedJob:
         settings = settings or worker_settings
         store = ArtifactStore(settings.resolved_artifacts_dir())
         now = datetime.now(UTC)
@@ -104,7 +107,7 @@ def queue_job(session: Session, worker_settings: Settings, tmp_path: Path) -> Ca
             settings,
             tenant_id=tenant_id,
             name="intents",
-            language="en",
+            language=language,
             source=staged,
             now=now,
         )

@@ -37,6 +37,8 @@ def test_ibm_watson_sdk_creates_trains_classifies_lists_and_deletes(
         interval=0.2,
         message="classifier Available",
     )
+    # an English classifier reads the sentence encoder, and the SDK sees nothing of it
+    assert nlc.get_classifier(classifier_id).get_result()["model"]["kind"] == "sentence-encoder+n-grams"
     single = nlc.classify(classifier_id, "book a flight to rome").get_result()
     assert single["top_class"] == "flights"
     assert sum(c["confidence"] for c in single["classes"]) == pytest.approx(1.0, abs=1e-3)

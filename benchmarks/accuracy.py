@@ -80,8 +80,11 @@ NONE_CLASS = "None"  # the reject class of the NLU-Evaluation corpora
 
 
 def dataset_name(folder: Path) -> str:
-    """The folder's own name: 'snips' for .../snips, 'goo2018' for .../snips/goo2018."""
-    return folder.resolve().name
+    """The folder's own name, after its parent's where the parent is a data set too (holds its
+    own train.csv): 'snips' for .../snips, 'snips/goo2018' for .../snips/goo2018. (The folder's
+    name alone named each hint3 set's ``v1`` "v1".)"""
+    folder = folder.resolve()
+    return f"{folder.parent.name}/{folder.name}" if (folder.parent / "train.csv").is_file() else folder.name
 
 
 @dataclass(frozen=True)

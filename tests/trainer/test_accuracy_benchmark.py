@@ -64,3 +64,20 @@ def test_seeds_below_one_are_refused_with_the_reason(tmp_path: Path) -> None:
 
     assert ran.returncode == 2
     assert "--seeds must be at least 1, not 0" in ran.stderr
+
+
+def test_a_data_set_inside_another_is_named_after_both(tmp_path: Path) -> None:
+    """hint3's three ``v1`` folders were all "v1" in one run's rows."""
+    from benchmarks.accuracy import dataset_name
+
+    for folder in (
+        tmp_path / "hint3-curekart",
+        tmp_path / "hint3-curekart" / "v1",
+        tmp_path / "other" / "v1",
+    ):
+        folder.mkdir(parents=True)
+    (tmp_path / "hint3-curekart" / "train.csv").write_text("text,label\n")
+
+    assert dataset_name(tmp_path / "hint3-curekart") == "hint3-curekart"
+    assert dataset_name(tmp_path / "hint3-curekart" / "v1") == "hint3-curekart/v1"
+    assert dataset_name(tmp_path / "other" / "v1") == "v1"  # its parent is no data set

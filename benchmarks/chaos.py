@@ -341,9 +341,11 @@ def long_csv(rows: int = 900, words: int = 90, seed: int = 7) -> str:
     return "".join(lines)
 
 
-# The long jobs of the scenarios that test the queue, the leases and the checkpoints train the
-# n-gram model, which those share with the encoder's: English would add the encoder's minute over
-# long_csv's 900 long texts to each. worker_sigkill trains English, and sees a resume skip it.
+# A language no encoder reads: its jobs train the n-gram model, whose queue, leases and
+# checkpoints are the encoder model's. The scenarios that test those train their long jobs in it:
+# English would add the encoder's minute over long_csv's 900 long texts to each (worker_sigkill
+# trains English, and sees a resume skip it), and a job stopped at its first chance leaves no
+# checkpoint while it encodes (trainer.engine._encode).
 NGRAM_LANGUAGE = "fr"
 
 

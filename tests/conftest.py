@@ -92,10 +92,6 @@ def redis_test_url(db: int) -> str:
 
 REDIS_TEST_URL = redis_test_url(15)
 ADMIN_KEY = "test-admin-key-0123456789abcdefghijklmn"
-# The language of a job that must train on n-grams alone: one stopped at its first chance that
-# must leave a checkpoint (English spends its first moments encoding, and a stop seen there
-# leaves none: trainer.engine._encode).
-NGRAMS_ONLY = "fr"
 SECRETS_KEY = "test-secrets-key-0123456789abcdefghijk"  # seals webhook secrets (service.core.sealing)
 METRICS_TOKEN = "test-metrics-token-0123456789abcdefghij"
 METRICS_HEADERS = {"Authorization": f"Bearer {METRICS_TOKEN}"}  # a scrape of GET /metrics

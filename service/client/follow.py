@@ -28,6 +28,8 @@ UNREACHABLE_SECONDS = 120.0
 # platform's "not now" (a reverse proxy before a restarting `taas up`; no database slot free)
 PASSING_TROUBLE = frozenset({None, 502, 503, 504})
 ENDED = {"Available": 0, "Failed": 1, "Unavailable": 1}  # end states (classifier, version), exit codes
+# the phases whose length is known: the training counts its updates, the encoding its texts
+_COUNTED = ("training", "encoding")
 
 
 def settle(api: Api, path: str, started: Any, label: str, *, wait: bool, as_json: bool) -> None:
@@ -87,7 +89,7 @@ def phase_view(found: Any) -> PhaseView:
     progress = found.get("progress") or {}
     phase = str(progress.get("phase") or found["status"])
     total = progress.get("total_steps")
-    if phase in ("training", "encoding") and total:  # encoding counts texts
+    if phase in _COUNTED and total:
         return PhaseView(phase, int(total), int(progress.get("step") or 0), progress_line(progress))
     return PhaseView(phase, None, 0, progress_line(progress))
 
@@ -132,7 +134,7 @@ def progress_line(progress: dict[str, Any]) -> str:
         parts.append(f"step {progress['step']}/{progress.get('total_steps') or '?'}")
     if progress.get("loss") is not None:
         parts.append(f"loss {progress['loss']:.4f}")
-    if progress.get("phase") in ("training", "encoding") and progress.get("eta_seconds") is not None:
+    if progress.get("phase") in _COUNTED and progress.get("eta_seconds") is not None:
         parts.append(f"ETA {_duration(progress['eta_seconds'])}")
     return "  ".join(parts)
 

@@ -86,7 +86,7 @@ def intents_csv(tmp_path: Path) -> Path:
 @pytest.fixture
 def queue_job(session: Session, worker_settings: Settings, tmp_path: Path) -> Callable[..., QueuedJob]:
     """Record a tenant, dataset, classifier and queued job for a labelled CSV (English: it trains
-    on the sentence encoder; ``NGRAMS_ONLY``: on n-grams alone)."""
+    on the sentence encoder; ``benchmarks.chaos.NGRAM_LANGUAGE``: on n-grams alone)."""
 
     def make(
         csv_path: Path, settings: Settings | None = None, tenant_id: str | None = None, language: str = "en"

@@ -16,9 +16,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from benchmarks.chaos import NGRAM_LANGUAGE
 from service.core.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
 from service.core.settings import Settings
-from tests.conftest import NGRAMS_ONLY, empty_redis_db, migrated_database, redis_test_url
+from tests.conftest import empty_redis_db, migrated_database, redis_test_url
 
 pytestmark = pytest.mark.integration
 
@@ -142,8 +143,10 @@ def test_a_tenant_holding_both_slots_gives_one_to_a_tenant_that_arrives(
     # that A's two jobs are surely still training when B's arrives
     settings = settings_factory(redis_url=broker, cross_fit_folds=5)
     start_workers(settings, 2, TAAS_LEARNERS="1", TAAS_HEARTBEAT_SECONDS="0.5")
-    first = queue_job(intents_csv, settings, language=NGRAMS_ONLY)  # the one that yields resumes a checkpoint
-    a_jobs = [first.job_id, queue_job(intents_csv, settings, first.tenant_id, NGRAMS_ONLY).job_id]
+    first = queue_job(
+        intents_csv, settings, language=NGRAM_LANGUAGE
+    )  # the one that yields resumes a checkpoint
+    a_jobs = [first.job_id, queue_job(intents_csv, settings, first.tenant_id, NGRAM_LANGUAGE).job_id]
     wait_until(
         lambda: _states(session, a_jobs) == {JobState.TRAINING},
         timeout=60,

@@ -16,10 +16,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from benchmarks.chaos import NGRAM_LANGUAGE
 from service.core.models import ClassifierStatus, JobEvent, JobState
 from service.core.settings import Settings
 from service.training.leases import claim_job
-from tests.conftest import NGRAMS_ONLY, migrated_database
+from tests.conftest import migrated_database
 from workers.training_run import JobInterrupted, run_training_job
 
 pytestmark = pytest.mark.integration
@@ -40,7 +41,9 @@ def test_a_job_yields_its_slot_to_a_tenant_holding_none_and_resumes_later(
 ) -> None:
     settings = settings_factory(redis_url=None, learners=1, heartbeat_seconds=0.1)
     elsewhere = queue_job(intents_csv, settings)  # tenant A's other job, on another worker
-    mine = queue_job(intents_csv, settings, elsewhere.tenant_id, NGRAMS_ONLY)  # yields at once: a checkpoint
+    mine = queue_job(
+        intents_csv, settings, elsewhere.tenant_id, NGRAM_LANGUAGE
+    )  # yields at once: a checkpoint
     now = datetime.now(UTC)
     assert claim_job(session, elsewhere.job_id, "host-x:1", now=now, lease=timedelta(minutes=10))
     waiting = queue_job(intents_csv, settings)  # tenant B's one job: A holds both slots once mine starts

@@ -17,12 +17,12 @@ from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from benchmarks.chaos import NGRAM_LANGUAGE
 from service.core.models import ClassifierStatus, JobEvent, JobState
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore
 from service.training.jobs import BackOff, requeue_expired
 from service.training.leases import claim_job
-from tests.conftest import NGRAMS_ONLY
 from trainer.checkpoint import load_verified
 from trainer.errors import NonFiniteLoss, TrainerError
 from trainer.inference import LoadedModel
@@ -258,7 +258,7 @@ def test_a_claim_that_records_a_checkpoint_drops_the_earlier_claims_folders(
     """Each claim trains in checkpoints/epoch-<E>/, and the earlier claims' folders stayed
     until the job ended: four releases (shutdowns, fair-share yields) kept four folders of two
     checkpoints, and a disk the job fits waited for space for ever."""
-    queued = queue_job(intents_csv, language=NGRAMS_ONLY)
+    queued = queue_job(intents_csv, language=NGRAM_LANGUAGE)
     for worker in range(4):
         with pytest.raises(JobInterrupted):
             run_training_job(queued.job_id, worker_settings, f"host-{worker}:1", stop_requested=lambda: True)
@@ -276,7 +276,7 @@ def test_a_claim_that_records_a_checkpoint_drops_the_earlier_claims_folders(
 def test_worker_shutting_down_releases_its_lease_and_the_next_one_finishes(
     queue_job: Callable[..., Any], intents_csv: Path, worker_settings: Settings, session: Session
 ) -> None:
-    queued = queue_job(intents_csv, language=NGRAMS_ONLY)
+    queued = queue_job(intents_csv, language=NGRAM_LANGUAGE)
 
     with pytest.raises(JobInterrupted):
         run_training_job(queued.job_id, worker_settings, "host-a:1", stop_requested=lambda: True)

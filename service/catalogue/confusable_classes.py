@@ -110,13 +110,16 @@ def confusable_classes(texts: Sequence[str], labels: Sequence[str]) -> Confusion
 
 def _sample(y: npt.NDArray[np.int64], rng: np.random.Generator) -> npt.NDArray[np.int64]:
     """The rows the probe uses: all of them up to MAX_ROWS; past it a seeded sample of each
-    class in proportion to its size, at least FOLDS rows of each (or all it has)."""
+    class in proportion to its size, at least FOLDS rows of each (or all it has; 2 when the
+    classes are too many for FOLDS each within MAX_ROWS)."""
     if len(y) <= MAX_ROWS:
         return np.arange(len(y), dtype=np.int64)
+    labels = np.unique(y)
+    least = max(2, min(FOLDS, MAX_ROWS // len(labels)))  # many classes: 2 each, scored once
     kept = []
-    for label in np.unique(y):
+    for label in labels:
         members = np.flatnonzero(y == label)
-        quota = max(min(len(members), FOLDS), math.floor(MAX_ROWS * len(members) / len(y)))
+        quota = max(min(len(members), least), math.floor(MAX_ROWS * len(members) / len(y)))
         kept.append(rng.choice(members, size=quota, replace=False))
     return np.sort(np.concatenate(kept))
 

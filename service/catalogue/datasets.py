@@ -190,13 +190,16 @@ def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
 def compute_report(store: ArtifactStore, dataset: Dataset) -> dict[str, Any]:
     """The report of a dataset stored without one (before reports existed, or with an NLC
     create), from its file; ServiceUnavailable when the store cannot give the file. Blocking
-    (a second or two for the largest): run it without the request's database slot."""
+    (about a second for the largest): run it without the request's database slot."""
+    path = store.resolve(dataset.path)
     try:
-        return read_fetched(store.fetch, store.resolve(dataset.path), report_of_csv)
+        return read_fetched(store.fetch, path, report_of_csv)
     except OSError as exc:
         raise unavailable(
             f"the file of dataset '{dataset.id}' could not be read from the store", exc
         ) from exc
+    finally:
+        store.drop_local(path)  # read once: with a remote store, a copy here would only fill the disk
 
 
 def save_report(session: Session, dataset_id: str, report: dict[str, Any]) -> None:

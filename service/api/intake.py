@@ -174,7 +174,7 @@ def dataset_from_upload(
             raise BadRequest(TRAINING_DATA, "send the data once: a 'training_data' and a 'file' part came")
         checked = datasets.check_name(_name(name, upload), "name", settings.max_name_chars)
         quotas.check_room_for_upload(session, settings, tenant_id, counts=quotas.DATASET_UPLOAD)
-        staged = _staged(session, store, settings, sent[0], "labelled", tenant_id)
+        staged = _staged(session, store, settings, sent[0], "labelled", tenant_id, with_report=True)
         with datasets.undone_on_failure(session, store, staged):
             quotas.check_can_store_dataset(
                 session, settings, tenant_id, size_bytes=staged.summary.size_bytes, rows=staged.summary.rows
@@ -204,14 +204,22 @@ def _stage_training_data(
 
 
 def _staged(
-    session: Session, store: ArtifactStore, settings: Settings, source: Path, fmt: InputFormat, tenant_id: str
+    session: Session,
+    store: ArtifactStore,
+    settings: Settings,
+    source: Path,
+    fmt: InputFormat,
+    tenant_id: str,
+    *,
+    with_report: bool = False,
 ) -> datasets.StagedDataset:
-    """:func:`service.catalogue.datasets.stage_upload` (validation and the copy to the store) with the
-    request's database slot given back meanwhile; its files removed again if no slot comes back."""
+    """:func:`service.catalogue.datasets.stage_upload` (validation, the report if asked for, and
+    the copy to the store) with the request's database slot given back meanwhile; its files
+    removed again if no slot comes back."""
     return blocking_without_db_slot(
         session,
         lambda: datasets.stage_upload(
-            store, source, fmt, Limits.from_settings(settings), tenant_id=tenant_id
+            store, source, fmt, Limits.from_settings(settings), tenant_id=tenant_id, with_report=with_report
         ),
         discard=lambda staged: datasets.remove_unrecorded(store, staged.path),
     )

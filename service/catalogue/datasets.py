@@ -16,10 +16,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, select, update
 from sqlalchemy.orm import Session
 
+from service.catalogue.dataset_report import report_of_csv
 from service.catalogue.training_data import InputFormat, Limits, Summary, convert
 from service.core.db import hold_write_lock
 from service.core.errors import BadRequest, Conflict, NotFound, unavailable
@@ -33,7 +35,7 @@ from service.core.models import (
 )
 from service.core.paging import Page, page_of
 from service.core.text import unprintable
-from service.storage.store import ArtifactStore
+from service.storage.store import ArtifactStore, read_fetched
 from service.tenants.accounts import well_formed_id
 
 log = logging.getLogger(__name__)
@@ -50,17 +52,27 @@ class StagedDataset:
     tenant_id: str
     path: Path
     summary: Summary
+    report: dict[str, Any] | None  # service.catalogue.dataset_report's, when asked for
 
 
 def stage_upload(
-    store: ArtifactStore, upload: Path, fmt: InputFormat, limits: Limits, *, tenant_id: str
+    store: ArtifactStore,
+    upload: Path,
+    fmt: InputFormat,
+    limits: Limits,
+    *,
+    tenant_id: str,
+    with_report: bool = False,
 ) -> StagedDataset:
     """Validate ``upload`` and store it as the canonical CSV of a new dataset of ``tenant_id``
-    (here and on the remote store), before any database write. Raises InvalidTrainingData, or
-    ServiceUnavailable when the store cannot take it; nothing is kept either way."""
+    (here and on the remote store), before any database write; ``with_report``: with its
+    report (a dataset upload's; an NLC create's data is reported on when first asked). Raises
+    InvalidTrainingData, or ServiceUnavailable when the store cannot take it; nothing is kept
+    either way."""
     temp = store.temp_path(".csv", owner=tenant_id)
     try:
         summary = convert(upload, temp, fmt, limits)
+        report = report_of_csv(temp) if with_report else None
     except OSError as exc:  # the staging folder's disk is full, say: a 500 before
         temp.unlink(missing_ok=True)
         raise unavailable(STORE_REFUSED, exc) from exc
@@ -73,7 +85,7 @@ def stage_upload(
         store.put_file(temp, dest)  # consumes temp; on failure nothing is stored
     except Exception as exc:
         raise unavailable(STORE_REFUSED, exc) from exc
-    return StagedDataset(dataset_id, tenant_id, dest, summary)
+    return StagedDataset(dataset_id, tenant_id, dest, summary, report)
 
 
 @contextmanager
@@ -135,6 +147,7 @@ def add_dataset(
         size_bytes=staged.summary.size_bytes,
         sha256=staged.summary.sha256,
         created_at=now,
+        report=staged.report,
     )
     session.add(dataset)
     session.flush()
@@ -172,6 +185,28 @@ def get_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:
     if dataset is None:
         raise NotFound("dataset", dataset_id)
     return dataset
+
+
+def compute_report(store: ArtifactStore, dataset: Dataset) -> dict[str, Any]:
+    """The report of a dataset stored without one (before reports existed, or with an NLC
+    create), from its file; ServiceUnavailable when the store cannot give the file. Blocking
+    (about a second for the largest): run it without the request's database slot."""
+    path = store.resolve(dataset.path)
+    try:
+        return read_fetched(store.fetch, path, report_of_csv)
+    except OSError as exc:
+        raise unavailable(
+            f"the file of dataset '{dataset.id}' could not be read from the store", exc
+        ) from exc
+    finally:
+        store.drop_local(path)  # read once: with a remote store, a copy here would only fill the disk
+
+
+def save_report(session: Session, dataset_id: str, report: dict[str, Any]) -> None:
+    """Keep a report computed by :func:`compute_report` in its dataset's row (commits); a
+    dataset deleted meanwhile is no error. Two requests that both computed it store the same."""
+    session.execute(update(Dataset).where(Dataset.id == dataset_id).values(report=report))
+    session.commit()
 
 
 def trainable_dataset(session: Session, tenant_id: str, dataset_id: str) -> Dataset:

@@ -34,6 +34,7 @@ from service.client.models import (
     Classifier,
     ClassifierSummary,
     Dataset,
+    DatasetReport,
     Metrics,
     TrainingEvents,
     Version,
@@ -265,6 +266,12 @@ class Api(AdminCalls):
     def get_dataset(self, dataset_id: str) -> Dataset:
         """One stored dataset: rows, classes, size, SHA-256."""
         found: Dataset = self.call("GET", segments("datasets", dataset_id))
+        return found
+
+    def dataset_report(self, dataset_id: str) -> DatasetReport:
+        """A stored dataset's report: class counts, duplicates, texts under several classes,
+        confusable classes, and the warnings these call for."""
+        found: DatasetReport = self.call("GET", segments("datasets", dataset_id, "report"))
         return found
 
     def delete_dataset(self, dataset_id: str) -> None:

@@ -23,6 +23,7 @@ from service.client import config, offline
 from service.client.admin import tenants
 from service.client.api import Api
 from service.client.classifier_commands import classifiers
+from service.client.dataset_report import dataset_sections
 from service.client.errors import ClientError
 from service.client.follow import settle
 from service.client.paths import segments
@@ -99,6 +100,27 @@ def upload_dataset(
     if as_json:
         return print_json(dataset)
     out.print(f"dataset {dataset['dataset_id']}: {dataset['rows']} rows, {dataset['classes']} classes")
+    for warning in dataset.get("warnings", []):
+        out.print(f"! {warning}", highlight=False)
+
+
+@datasets.command("show")
+@one_line_errors
+def show_dataset(
+    dataset: str = typer.Argument(
+        ..., metavar="DATASET", help="A dataset's id, a unique start of its id, or its name."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """A dataset and its report: class counts, duplicates, texts under several classes, the
+    classes a quick model confuses, and the warnings these call for."""
+    with logged_in_api() as api:
+        dataset_id = api.find_dataset(dataset)
+        found, report = api.get_dataset(dataset_id), api.dataset_report(dataset_id)
+    if as_json:
+        return print_json({**found, "report": report})
+    for section in dataset_sections(found, report):
+        out.print(section, highlight=False)
 
 
 @datasets.command("list")

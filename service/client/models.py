@@ -132,6 +132,25 @@ class Dataset(TypedDict):
     size_bytes: int
     sha256: str
     created: str
+    warnings: NotRequired[list[str]]  # the upload's reply: its report's warnings
+
+
+class DatasetReport(TypedDict):
+    """``GET /v1/datasets/{id}/report`` (extension): each finding is a dict of counts and
+    examples, as docs/api.md shows them."""
+
+    rows: int
+    texts: int
+    classes: int
+    class_counts: list[dict[str, Any]]
+    imbalance: float | None
+    small_classes: dict[str, Any]
+    exact_duplicates: dict[str, Any]
+    near_duplicates: dict[str, Any]
+    multi_label_texts: dict[str, Any]
+    confusable_classes: dict[str, Any]
+    dropped: int
+    warnings: list[str]
 
 
 class TrainingEvents(TypedDict):

@@ -186,6 +186,9 @@ class Dataset(Base):
     size_bytes: Mapped[int] = mapped_column(Integer)
     sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # service.catalogue.dataset_report's findings, computed at upload; None for a dataset stored
+    # before reports existed (or with an NLC create), until its report is first asked for
+    report: Mapped[dict[str, Any] | None] = mapped_column(default=None)
 
 
 class TrainedModel:

@@ -43,6 +43,7 @@ ID_ROUTES = [
     ("POST", "/v1/classifiers/{classifier_id}/versions/{version}/promote"),
     ("GET", "/v1/classifiers/{classifier_id}/versions/{version}/bundle"),
     ("GET", "/v1/datasets/{dataset_id}"),
+    ("GET", "/v1/datasets/{dataset_id}/report"),
     ("DELETE", "/v1/datasets/{dataset_id}"),
 ]
 

@@ -6,6 +6,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from service.api import bodies, intake
+from service.api.dataset_report_schemas import DatasetCreated, DatasetReport
 from service.api.deps import (
     DatasetDep,
     PageDep,
@@ -14,6 +15,7 @@ from service.api.deps import (
     StagingDep,
     StoreDep,
     TenantDep,
+    blocking_without_db_slot,
     without_db_slot,
 )
 from service.api.routes.classifiers import base_url
@@ -25,7 +27,7 @@ from service.catalogue import datasets
 router = Router(prefix="/v1/datasets", tags=["datasets"])
 
 
-@router.post("", response_model=DatasetInfo, status_code=201, openapi_extra=bodies.DATASET_UPLOAD)
+@router.post("", response_model=DatasetCreated, status_code=201, openapi_extra=bodies.DATASET_UPLOAD)
 async def upload_dataset(
     request: Request,
     tenant: TenantDep,
@@ -34,8 +36,9 @@ async def upload_dataset(
     store: StoreDep,
     staging: StagingDep,
     name: str | None = None,
-) -> DatasetInfo:
-    """CSV (header ``text,label``) or JSON Lines, as multipart or as the raw body."""
+) -> DatasetCreated:
+    """CSV (header ``text,label``) or JSON Lines, as multipart or as the raw body; the reply
+    adds the warnings of the dataset's report (``GET /v1/datasets/{id}/report``)."""
     upload = await without_db_slot(
         session,
         read_upload(request, staging, settings.max_upload_bytes, intake.DATASET_PARTS),
@@ -44,7 +47,8 @@ async def upload_dataset(
     dataset = await run_in_threadpool(
         intake.dataset_from_upload, upload, session, store, settings, tenant.id, name
     )
-    return DatasetInfo.build(dataset, base_url(request))
+    shown = DatasetInfo.build(dataset, base_url(request))
+    return DatasetCreated(**shown.model_dump(), warnings=(dataset.report or {}).get("warnings", []))
 
 
 @router.get("", response_model=DatasetList, response_model_exclude_unset=True)
@@ -60,6 +64,18 @@ def list_datasets(request: Request, tenant: TenantDep, session: SessionDep, page
 def get_dataset(request: Request, dataset: DatasetDep) -> DatasetInfo:
     """One dataset."""
     return DatasetInfo.build(dataset, base_url(request))
+
+
+@router.get("/{dataset_id}/report", response_model=DatasetReport)
+def get_dataset_report(dataset: DatasetDep, session: SessionDep, store: StoreDep) -> DatasetReport:
+    """What in the dataset's rows may hurt a classifier: class counts, duplicates, conflicting
+    labels, confusable classes, and the warnings these call for. Computed at upload; for a
+    dataset stored before reports existed, now, once."""
+    report = dataset.report
+    if report is None:
+        report = blocking_without_db_slot(session, lambda: datasets.compute_report(store, dataset))
+        datasets.save_report(session, dataset.id, report)
+    return DatasetReport.model_validate(report)
 
 
 @router.delete("/{dataset_id}")

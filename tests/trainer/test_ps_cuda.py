@@ -153,7 +153,7 @@ def test_the_cuda_benchmark_reports_every_mode_side_by_side() -> None:
 def test_a_stream_round_starts_after_the_supervisors_writes_between_rounds() -> None:
     """Between rounds the supervisor writes the parameters on its own stream: a snapshot's
     sum reads them, the epoch's mean is swapped in and the last iterate back, a resume
-    restores them (trainer.averaging, engine._restore). The learners' streams are not ordered
+    restores them (trainer.averaging, loop_state.restore_state). The learners' streams are not ordered
     after that stream by themselves (torch's streams do not wait for the default one), so a
     round must make them wait: a write still queued when the round began, behind a second of
     GPU work, landed after the round's updates and erased them (seen on an H200)."""

@@ -39,8 +39,8 @@ import trainer.engine
 from trainer import read_labelled_csv
 from trainer.hparams import DEFAULT_HPARAMS
 from trainer.preparation import initial_model, prepare, validation_split
+from trainer.ps.applier import Gradient
 from trainer.ps.learner import batches
-from trainer.ps.server import Gradient
 from trainer.step import Batch, DataCursor, TextClassifierTask, model_parameters, multi_label_loss
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -75,8 +75,9 @@ from trainer.progress import Progress, ProgressReporter
 from trainer.ps.cuda import StreamPool, cuda_learners
 from trainer.ps.graph import GraphPool
 from trainer.ps.learner import ShardData
+from trainer.ps.optimizer import OptimizerConfig
 from trainer.ps.pool import InProcessPool, ProcessPool, SuspectState, forgetting_freed_storages
-from trainer.ps.server import OptimizerConfig, ParameterServer
+from trainer.ps.server import ParameterServer
 from trainer.ps.stripes import default_stripes
 from trainer.sentence_features import SentenceVectors, describe_model
 from trainer.session import Session

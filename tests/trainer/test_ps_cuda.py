@@ -19,9 +19,11 @@ from trainer.features import Featurizer, FeaturizerConfig
 from trainer.hparams import HParams
 from trainer.inference import LoadedModel
 from trainer.model import ModelConfig, TextClassifier
+from trainer.ps.applier import Gradient
 from trainer.ps.cuda import StreamPool
 from trainer.ps.learner import ShardData
-from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer
+from trainer.ps.optimizer import OptimizerConfig
+from trainer.ps.server import ParameterServer
 from trainer.step import TextClassifierTask, model_parameters
 
 pytestmark = [

@@ -345,7 +345,7 @@ def long_csv(rows: int = 900, words: int = 90, seed: int = 7) -> str:
 # checkpoints are the encoder model's. The scenarios that test those train their long jobs in it:
 # English would add the encoder's minute over long_csv's 900 long texts to each (worker_sigkill
 # trains English, and sees a resume skip it), and a job stopped at its first chance leaves no
-# checkpoint while it encodes (trainer.engine._encode).
+# checkpoint while it encodes (trainer.preparation.sentence_vectors).
 NGRAM_LANGUAGE = "fr"
 
 

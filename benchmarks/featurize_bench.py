@@ -38,20 +38,9 @@ from pathlib import Path
 import numpy as np
 
 from trainer import read_labelled_csv
-from trainer.features import (
-    _GROUPS,
-    _RUN,
-    Bags,
-    Featurizer,
-    FeaturizerConfig,
-    _char_grams,
-    _fold,
-    _split_unicode,
-    _word_grams,
-    stable_hash,
-    tokenize,
-)
+from trainer.features import _GROUPS, Bags, Featurizer, FeaturizerConfig
 from trainer.hparams import DEFAULT_HPARAMS
+from trainer.ngrams import _RUN, _fold, _split_unicode, char_grams, stable_hash, tokenize, word_grams
 
 SNIPS = Path(__file__).resolve().parents[2] / "shared" / "data" / "snips"
 BATCHES = (1, 30)
@@ -98,7 +87,8 @@ class Baseline:
             for token in tokens:
                 rows = self.char_rows.get(token)
                 if rows is None:
-                    found = featurizer._rows_of([stable_hash(gram, 1) for gram in _char_grams(token, config)])
+                    token_grams = char_grams(token, config.char_ngram_min, config.char_ngram_max)
+                    found = featurizer._rows_of([stable_hash(gram, 1) for gram in token_grams])
                     rows = self.char_rows[token] = found[found >= 0].astype(np.int32)
                 char_parts.append(rows)
                 char_bases.append(base + width)
@@ -131,8 +121,8 @@ def baseline_document_frequency(texts: Sequence[str], config: FeaturizerConfig) 
             words, tokens = tokenize(text)
             chars: Counter[str] = Counter()
             for token in tokens:
-                chars.update(_char_grams(token, config))
-            for group, counts in enumerate((Counter(_word_grams(words, config)), chars)):
+                chars.update(char_grams(token, config.char_ngram_min, config.char_ngram_max))
+            for group, counts in enumerate((Counter(word_grams(words, config.word_ngrams)), chars)):
                 for gram in counts:
                     bucket = hashed.get((group, gram))
                     if bucket is None:

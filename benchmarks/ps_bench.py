@@ -55,8 +55,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trainer.hparams import DEFAULT_HPARAMS  # noqa: E402
 from trainer.model import ModelConfig, TextClassifier  # noqa: E402
+from trainer.ps.applier import Gradient  # noqa: E402
 from trainer.ps.learner import Learner  # noqa: E402
-from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer  # noqa: E402
+from trainer.ps.optimizer import OptimizerConfig  # noqa: E402
+from trainer.ps.server import ParameterServer  # noqa: E402
 from trainer.ps.stripes import JOIN_MIN_ROWS, RUN_MAX_ROWS, default_stripes  # noqa: E402
 from trainer.step import Batch, TextClassifierTask, model_parameters  # noqa: E402
 

@@ -57,7 +57,8 @@ from trainer.features import Bags  # noqa: E402
 from trainer.ps import counters as C  # noqa: E402
 from trainer.ps.graph import GraphPool  # noqa: E402
 from trainer.ps.learner import Learner, ShardData  # noqa: E402
-from trainer.ps.server import OptimizerConfig, ParameterServer  # noqa: E402
+from trainer.ps.optimizer import OptimizerConfig  # noqa: E402
+from trainer.ps.server import ParameterServer  # noqa: E402
 from trainer.step import Batch  # noqa: E402
 
 _WARMUP_STEPS = 20

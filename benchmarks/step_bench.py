@@ -8,7 +8,7 @@ the same forward, differentiated by autograd into a sparse gradient. tests/train
 holds the two to the same numbers.
 
 For each folder (default: the shared chatbot, webapps and snips sets), ``train.csv`` is
-featurised as a job does (``trainer.engine._prepare``), and then, in ``--rounds`` interleaved
+featurised as a job does (``trainer.preparation.prepare``), and then, in ``--rounds`` interleaved
 rounds:
 
 * ``step_us``: microseconds per ``compute`` of each task over the job's first ``--steps``
@@ -38,8 +38,9 @@ import torch.nn.functional as F
 import trainer.engine
 from trainer import read_labelled_csv
 from trainer.hparams import DEFAULT_HPARAMS
+from trainer.preparation import initial_model, prepare, validation_split
+from trainer.ps.applier import Gradient
 from trainer.ps.learner import batches
-from trainer.ps.server import Gradient
 from trainer.step import Batch, DataCursor, TextClassifierTask, model_parameters, multi_label_loss
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -90,7 +91,7 @@ def step_us(folder: Path, steps: int, rounds: int) -> dict[str, float]:
     """Best round's microseconds per ``compute`` of each task on the job's first batches."""
     hparams = DEFAULT_HPARAMS
     data = read_labelled_csv(folder / "train.csv")
-    prepared = trainer.engine._prepare(data, hparams, "bench", trainer.engine._split(data, hparams), None)
+    prepared = prepare(data, hparams, "bench", validation_split(data, hparams), None)
     rows = len(prepared.train_targets)
     walked: list[Batch] = []
     epoch = 1
@@ -102,7 +103,7 @@ def step_us(folder: Path, steps: int, rounds: int) -> dict[str, float]:
         )
         epoch += 1
     walked = walked[:steps]
-    params = [p.detach() for p, _ in model_parameters(trainer.engine._initial_model(prepared, hparams))]
+    params = [p.detach() for p, _ in model_parameters(initial_model(prepared, hparams))]
     best = dict.fromkeys(TASKS, float("inf"))
     for _ in range(rounds):
         for name, task_type in TASKS.items():

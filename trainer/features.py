@@ -3,15 +3,8 @@
 Each text becomes two groups of features: word n-grams (1..word_ngrams) and character
 n-grams (char_ngram_min..char_ngram_max) of each token padded as ``<token>`` (word-boundary
 aware, like scikit-learn's ``char_wb``). Every n-gram is hashed with CRC-32 (stable across
-processes and machines, unlike Python's ``hash()``) into ``buckets`` ids.
-
-Words and tokens are runs of letters, digits and underscores in the lower-cased NFKC text,
-one pipeline for every language, without a language switch. The scripts written without
-spaces between words (Han and kana; hangul too, whose spacing varies from writer to writer)
-have no words to find: there each character is a word, so word 1..2-grams are character
-uni- and bigrams, the usual features of unsegmented text, and a whole run is one token.
-Elsewhere words and tokens are the same runs. Arabic's optional vowel marks and tatweel are
-dropped, so vocalised and bare spellings are one word, and so are variation selectors.
+processes and machines, unlike Python's ``hash()``) into ``buckets`` ids. What a word and a
+token are, in every script, and the n-grams and their hashes are trainer.ngrams'.
 
 Fitting keeps the buckets seen in training (at most ``max_features``, most frequent first)
 and gives each a row of the embedding table and a smoothed IDF. A text's bag holds the rows
@@ -34,9 +27,6 @@ search. Counting, weighting and normalising are a few numpy operations over the 
 
 from __future__ import annotations
 
-import re
-import unicodedata
-import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,27 +35,8 @@ from itertools import pairwise
 
 import numpy as np
 
-# Letters and digits of the scripts written without spaces between words: Hangul Jamo, CJK
-# iteration marks and numerals, kana, Bopomofo, Hangul syllables, CJK ideographs (NFKC has
-# already folded half-width and compatibility forms into these).
-_UNSEGMENTED = (
-    "\u1100-\u11ff\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c\u3041-\u3096"
-    "\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff\u3105-\u312f\u31a0-\u31bf\u31f0-\u31ff"
-    "\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7fb\uf900-\ufaff"
-    "\U0001b000-\U0001b16f\U00020000-\U000323af"
-)
-_UNSEGMENTED_CHAR = re.compile(f"[{_UNSEGMENTED}]")
-# Words and tokens are runs of word characters (\w). With those scripts in a text, tokens (the
-# units of character n-grams) are cut where they begin and end, and each of their characters
-# is a word (a unit of word n-grams); the slower pattern runs only on such texts.
-_RUN = re.compile(r"\w+")
-_TOKEN = re.compile(f"[{_UNSEGMENTED}]+|[^\\W{_UNSEGMENTED}]+")
-# The same runs in Latin-1 text, a quicker way: its non-word characters become spaces to split on.
-_LATIN1_RUNS = bytes(code if _RUN.fullmatch(chr(code)) else ord(" ") for code in range(256))
-# Dropped before tokenising: Arabic harakat (tanwin, short vowels, shadda, sukun, ...),
-# superscript alef and tatweel, written or left out at the writer's whim, and variation
-# selectors, which choose a glyph; for \w either would split a word in two.
-_DROPPED = re.compile("[\u0640\u064b-\u065f\u0670\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+from trainer.ngrams import char_grams, stable_hash, tokenize_all, word_grams
+
 _GROUPS = 2  # 0: word n-grams, 1: character n-grams
 # Entries per cache; a cache that would outgrow it is emptied, so unseen input cannot grow it.
 # Both full of random tokens hold about 10 MB per loaded model (5 MB at 1 << 14, which thrashed
@@ -83,10 +54,6 @@ _CHUNK = 256
 _FIT_CHUNK = 64  # texts fit counts at once: 2,000 texts of one 1,000-letter word peak 135 MB higher
 # n-gram hashes fit keeps across its chunks (int64 each: 8 MB), then empties
 _FIT_CACHE_LIMIT = 1 << 20
-# Joins a batch for one normalisation: NFKC and lower() keep it, never merge it with its
-# neighbours (a starter that composes with nothing) and it is neither cased nor case-ignorable,
-# so Σ's final form is chosen as at the end of a text.
-_SEPARATOR = "\x00"
 
 
 @dataclass(frozen=True)
@@ -131,77 +98,6 @@ class Bags:
         return Bags(self.ids[first:end], self.weights[first:end], self.offsets[start:stop] - first)
 
 
-def tokenize(text: str) -> tuple[list[str], list[str]]:
-    """A text's words (for word n-grams) and tokens (for character n-grams): lower-cased NFKC
-    runs of letters, digits and underscores, which are both, except that a run of Han, kana or
-    hangul is a token of its own and each of its characters a word. Arabic's optional vowel
-    marks and tatweel, and variation selectors, are dropped."""
-    return _split(_fold(text))
-
-
-def _tokenize_all(texts: Sequence[str]) -> list[tuple[list[str], list[str]]]:
-    """tokenize() of each text, folding the batch as one string joined by _SEPARATOR; a batch
-    in which some text holds the separator itself is folded text by text."""
-    folded = _fold(_SEPARATOR.join(texts)).split(_SEPARATOR)
-    if len(folded) != len(texts):
-        folded = list(map(_fold, texts))
-    return list(map(_split, folded))
-
-
-def _fold(text: str) -> str:
-    """NFKC, lower-cased."""
-    return unicodedata.normalize("NFKC", text).lower()
-
-
-def _split(folded: str) -> tuple[list[str], list[str]]:
-    """tokenize() of a text already folded."""
-    try:
-        latin1 = folded.encode("latin-1")
-    except UnicodeEncodeError:
-        return _split_unicode(folded)
-    # Latin-1 (most text is ASCII) has nothing to drop and no unsegmented script: just the runs
-    runs = latin1.translate(_LATIN1_RUNS).decode("latin-1").split()
-    return runs, runs
-
-
-def _split_unicode(folded: str) -> tuple[list[str], list[str]]:
-    folded = _DROPPED.sub("", folded)
-    if _UNSEGMENTED_CHAR.search(folded):
-        tokens = _TOKEN.findall(folded)
-        words: list[str] = []
-        for token in tokens:
-            if _UNSEGMENTED_CHAR.match(token):
-                words.extend(token)
-            else:
-                words.append(token)
-        return words, tokens
-    runs = _RUN.findall(folded)
-    return runs, runs
-
-
-def stable_hash(gram: str, group: int) -> int:
-    """CRC-32 of the group tag and the UTF-8 n-gram: identical in every process."""
-    return zlib.crc32(gram.encode("utf-8"), group + 1)
-
-
-def _word_grams(words: list[str], config: FeaturizerConfig) -> list[str]:
-    grams = words[:] if config.word_ngrams >= 1 else []  # unigrams need no join
-    shorter = words
-    for n in range(2, config.word_ngrams + 1):
-        shorter = list(map(" ".join, zip(shorter, words[n - 1 :], strict=False)))  # + the next word
-        grams += shorter
-    return grams
-
-
-def _char_grams(token: str, config: FeaturizerConfig) -> list[str]:
-    padded = f"<{token}>"
-    return [
-        padded[i : i + n]
-        for n in range(config.char_ngram_min, config.char_ngram_max + 1)
-        for i in range(len(padded) - n + 1)
-    ]
-
-
 @dataclass(frozen=True)
 class _ChunkBuckets:
     """The n-gram buckets of a chunk of texts, in segments: segment 2 * text + group holds
@@ -238,15 +134,15 @@ class _FitHashes:
             self.words.clear()
             self.tokens.clear()
             self.size = 0
-        tokenized = _tokenize_all(texts)
-        word_grams = [_word_grams(words, config) for words, _ in tokenized]
-        for gram in dict.fromkeys(gram for grams in word_grams for gram in grams):
+        tokenized = tokenize_all(texts)
+        text_grams = [word_grams(words, config.word_ngrams) for words, _ in tokenized]
+        for gram in dict.fromkeys(gram for grams in text_grams for gram in grams):
             if gram not in self.words:
                 self.words[gram] = stable_hash(gram, 0) % config.buckets
                 self.size += 1
         parts: list[np.ndarray] = []
         lengths: list[int] = []
-        for grams, (_, tokens) in zip(word_grams, tokenized, strict=True):
+        for grams, (_, tokens) in zip(text_grams, tokenized, strict=True):
             words = np.fromiter(map(self.words.__getitem__, grams), dtype=np.int64, count=len(grams))
             chars = list(map(partial(self._token_buckets, config=config), tokens))
             parts += [words, *chars]
@@ -256,7 +152,7 @@ class _FitHashes:
     def _token_buckets(self, token: str, config: FeaturizerConfig) -> np.ndarray:
         buckets = self.tokens.get(token)
         if buckets is None:
-            grams = _char_grams(token, config)
+            grams = char_grams(token, config.char_ngram_min, config.char_ngram_max)
             hashes = np.fromiter((stable_hash(gram, 1) for gram in grams), dtype=np.int64, count=len(grams))
             buckets = self.tokens[token] = hashes % config.buckets
             self.size += len(grams)
@@ -367,11 +263,11 @@ class Featurizer:
 
     def _row_parts(self, texts: Sequence[str]) -> list[bytes]:
         """For each text, the int32 bytes of its word group's rows, then of its character group's."""
-        tokenized = _tokenize_all(texts)
+        tokenized = tokenize_all(texts)
         try:
             return self._join_rows(tokenized, self._word_rows, self._char_rows)
         except KeyError:  # not all cached: look up every n-gram and token the caches lack at once
-            grams = [gram for words, _ in tokenized for gram in _word_grams(words, self.config)]
+            grams = [gram for words, _ in tokenized for gram in word_grams(words, self.config.word_ngrams)]
             tokens = [token for _, text_tokens in tokenized for token in text_tokens]
             word_rows = _lookup(self._word_rows, grams, self._word_gram_rows, self.cache_bytes)
             char_rows = _lookup(self._char_rows, tokens, self._token_char_rows, self.cache_bytes)
@@ -388,7 +284,7 @@ class Featurizer:
         parts: list[bytes] = []
         for words, tokens in tokenized:
             parts += (
-                b"".join(map(word_rows.__getitem__, _word_grams(words, self.config))),
+                b"".join(map(word_rows.__getitem__, word_grams(words, self.config.word_ngrams))),
                 b"".join(map(char_rows.__getitem__, tokens)),
             )
         return parts
@@ -438,7 +334,9 @@ class Featurizer:
 
     def _token_char_rows(self, tokens: list[str]) -> list[bytes]:
         """Per token, the sorted rows of its character n-grams seen in training, as int32 bytes."""
-        grams = [_char_grams(token, self.config) for token in tokens]
+        grams = [
+            char_grams(token, self.config.char_ngram_min, self.config.char_ngram_max) for token in tokens
+        ]
         lengths = list(map(len, grams))
         rows = self._rows_of([stable_hash(gram, 1) for token_grams in grams for gram in token_grams])
         # sorted runs of rows, which the stable sort in _bags merges quickly

@@ -1,7 +1,7 @@
 """Cross-fitting's fold models, trained in processes of their own beside the final model.
 
 Data too small for a validation split is scored by ``cross_fit_folds`` models, each trained on
-the other folds (trainer.engine._cross_fit). They need nothing the final model learns, so they
+the other folds (trainer.held_out). They need nothing the final model learns, so they
 start before it and train while the caller trains the final model. Such data trains with one
 learner (K = 1: a core's work), and before this the six trainings ran one after another while
 the node's other cores idled.

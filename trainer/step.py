@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from trainer.features import Bags
 from trainer.inference import bag_tensors
 from trainer.model import TextClassifier
-from trainer.ps.server import Gradient
+from trainer.ps.applier import Gradient
 
 
 @dataclass

@@ -28,8 +28,8 @@ from celery.worker.consumer import Consumer
 from service.core.settings import Settings, get_settings
 from service.training.queue import TRAINING_QUEUE
 from service.training.worker_registry import WorkerInfo, WorkerRegistry, connect
-from trainer.engine import default_learners
 from trainer.hparams import DEFAULT_HPARAMS
+from trainer.learner_count import default_learners
 from trainer.ps.cuda import cuda_learners
 
 log = logging.getLogger(__name__)

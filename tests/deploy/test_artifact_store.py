@@ -21,7 +21,7 @@ from service.storage.base import ArtifactBackend, StoreUnavailable
 from service.storage.s3 import S3ArtifactStore, parse_s3_url
 from service.storage.store import ArtifactStore, open_backend
 from service.training.job_views import JobContext
-from workers import training_run
+from workers import job_files
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -314,7 +314,7 @@ def test_a_resume_seeds_its_folder_from_s3_when_the_local_copy_goes_under_it(
     recorded.parent.mkdir(parents=True)
     recorded.write_bytes(b"state")
     store.publish(recorded)
-    link = training_run._link_or_copy
+    link = job_files._link_or_copy
     swept: list[Path] = []
 
     def swept_first(source: Path, target: Path) -> None:
@@ -323,7 +323,7 @@ def test_a_resume_seeds_its_folder_from_s3_when_the_local_copy_goes_under_it(
             store.drop_local(source)  # the other process's sweep, just after this one's fetch
         link(source, target)
 
-    monkeypatch.setattr(training_run, "_link_or_copy", swept_first)
+    monkeypatch.setattr(job_files, "_link_or_copy", swept_first)
     context = JobContext(
         job_id="j1",
         tenant_id="t1",
@@ -341,7 +341,7 @@ def test_a_resume_seeds_its_folder_from_s3_when_the_local_copy_goes_under_it(
     )
     workdir = folder / "epoch-2"
 
-    assert training_run._seed_workdir(store, context, workdir) == 8
+    assert job_files.seed_workdir(store, context, workdir) == 8
     assert (workdir / "ckpt-8.pt").read_bytes() == b"state"
 
 

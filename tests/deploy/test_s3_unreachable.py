@@ -34,7 +34,8 @@ from service.storage.store import ArtifactStore
 from tests.conftest import REDIS_TEST_URL, TenantHandle
 from tests.service.helpers import nlc_files, train_tiny_model
 from trainer.bundle import write_bundle
-from workers.training_run import STORE_UNAVAILABLE, run_training_job
+from workers.failure_reasons import STORE_UNAVAILABLE
+from workers.training_run import run_training_job
 from workers.unrecorded import sweep_unrecorded
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainer import checkpoint as ckpt
-from trainer import engine
+from trainer import session
 from trainer.averaging import IterateSum, SnapshotPlan
 from trainer.data import LabelledData
 from trainer.engine import train
@@ -153,7 +153,7 @@ def test_a_training_validates_each_epochs_mean_and_goes_on_from_its_last_iterate
     rounds: list[tuple[int, list[int], list[torch.Tensor]]] = []
     epoch_ends: list[tuple[int, list[torch.Tensor]]] = []
     after_epoch_ends: list[list[torch.Tensor]] = []
-    real_run_round, real_end_epoch = InProcessPool.run_round, engine._end_epoch
+    real_run_round, real_end_epoch = InProcessPool.run_round, session._end_epoch
 
     def run_round(self, epoch, positions, ends, tick):  # type: ignore[no-untyped-def]
         result = real_run_round(self, epoch, positions, ends, tick)
@@ -165,7 +165,7 @@ def test_a_training_validates_each_epochs_mean_and_goes_on_from_its_last_iterate
         real_end_epoch(model, state, prepared, hparams)
 
     monkeypatch.setattr(InProcessPool, "run_round", run_round)
-    monkeypatch.setattr(engine, "_end_epoch", end_epoch)
+    monkeypatch.setattr(session, "_end_epoch", end_epoch)
     real_mean_in = IterateSum.mean_in
 
     def mean_in(self, params, keep):  # type: ignore[no-untyped-def]

@@ -18,10 +18,11 @@ from synthetic import _FILLER, _VOCABULARY, synthetic_data
 from test_accuracy_smoke import CHATBOT
 
 from trainer.data import LabelledData
-from trainer.engine import _class_weights, train
+from trainer.engine import train
 from trainer.features import Bags
 from trainer.hparams import DEFAULT_HPARAMS
 from trainer.inference import WEIGHTS_FILE, LoadedModel
+from trainer.preparation import _class_weights
 from trainer.step import Batch, TextClassifierTask
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import engine
+from trainer import session
 from trainer.data import LabelledData
 from trainer.engine import Progress, train
 from trainer.errors import InvalidTrainingData, TrainerError, TrainingStopped
@@ -103,18 +103,18 @@ def test_an_epoch_with_the_lowest_validation_loss_so_far_is_progress(
 ) -> None:
     """The validation accuracy peaks in epoch 1; the loss alone decides when training stops,
     and the weights kept are epoch 1's whatever happens after."""
-    real_end_epoch = engine._end_epoch
+    real_end_epoch = session._end_epoch
     kept: dict[str, torch.Tensor] = {}
 
     def end_epoch(model, state, prepared, hparams) -> None:  # type: ignore[no-untyped-def]
         epoch = state.epoch
         score = 0.9 if epoch == 1 else 0.5
-        monkeypatch.setattr(engine, "_validate", lambda *args: (score, losses[epoch - 1]))
+        monkeypatch.setattr(session, "validate", lambda *args: (score, losses[epoch - 1]))
         if epoch == 1:
             kept.update({k: v.detach().clone() for k, v in model.state_dict().items()})
         real_end_epoch(model, state, prepared, hparams)
 
-    monkeypatch.setattr(engine, "_end_epoch", end_epoch)
+    monkeypatch.setattr(session, "_end_epoch", end_epoch)
     hparams = dataclasses.replace(quick_hparams, max_epochs=6, min_updates=1, lr_plateau_factor=1.0)
     result = train(small_data, workdir=tmp_path / "work", out_dir=tmp_path / "out", hparams=hparams)
 
@@ -128,14 +128,14 @@ def test_plateau_cuts_of_the_learning_rate_survive_a_stop_and_resume(
 ) -> None:
     """Validation scores that worsen on every even epoch cut the rate there and never stop
     training early; a run stopped mid-epoch 3, after the first cut, resumes at the cut rate."""
-    real_end_epoch = engine._end_epoch
+    real_end_epoch = session._end_epoch
 
     def end_epoch(model, state, prepared, hparams) -> None:  # type: ignore[no-untyped-def]
         score = state.epoch / 100 if state.epoch % 2 else 0.0
-        monkeypatch.setattr(engine, "_validate", lambda *args: (score, 1.0))
+        monkeypatch.setattr(session, "validate", lambda *args: (score, 1.0))
         real_end_epoch(model, state, prepared, hparams)
 
-    monkeypatch.setattr(engine, "_end_epoch", end_epoch)
+    monkeypatch.setattr(session, "_end_epoch", end_epoch)
     constant = dataclasses.replace(quick_hparams, lr_plateau_factor=1.0)
     train(small_data, workdir=tmp_path / "c-work", out_dir=tmp_path / "c", hparams=constant)
     train(small_data, workdir=tmp_path / "ref-work", out_dir=tmp_path / "ref", hparams=quick_hparams)

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer import features
-from trainer.features import Featurizer, FeaturizerConfig, tokenize
+from trainer import features, ngrams
+from trainer.features import Featurizer, FeaturizerConfig
+from trainer.ngrams import tokenize
 
 TEXTS = ["Book a table for two tonight!", "Play some jazz, please", "Wird es morgen in München regnen?"]
 
@@ -75,10 +76,14 @@ def _bucket_counts(text: str, config: FeaturizerConfig) -> list[Counter[int]]:
     """Per group (word n-grams, then character n-grams), each bucket's count in ``text``, by
     the definition: every n-gram hashed on its own."""
     words, tokens = tokenize(text)
-    char_grams = [gram for token in tokens for gram in features._char_grams(token, config)]
-    groups = (features._word_grams(words, config), char_grams)
+    char_grams = [
+        gram
+        for token in tokens
+        for gram in ngrams.char_grams(token, config.char_ngram_min, config.char_ngram_max)
+    ]
+    groups = (ngrams.word_grams(words, config.word_ngrams), char_grams)
     return [
-        Counter(features.stable_hash(gram, group) % config.buckets for gram in grams)
+        Counter(ngrams.stable_hash(gram, group) % config.buckets for gram in grams)
         for group, grams in enumerate(groups)
     ]
 
@@ -282,25 +287,25 @@ def test_fit_transform_fits_as_fit_and_bags_as_transform_in_any_chunking(
 
 @given(_BATCH)
 def test_a_batch_tokenises_as_its_texts_one_by_one(texts: list[str]) -> None:
-    assert features._tokenize_all(texts) == [tokenize(text) for text in texts]
+    assert ngrams.tokenize_all(texts) == [tokenize(text) for text in texts]
 
 
 def test_batch_tokenising_keeps_final_sigma_and_marks_at_the_text_boundaries() -> None:
     texts = ["ΟΔΟΣ", "Σοφία", "\u0301e", "مَ", "ｶ", "\uff9e", "ΑΣ\x00Σ"]
-    assert features._tokenize_all(texts) == [tokenize(text) for text in texts]
-    assert features._tokenize_all(texts)[0][0] == ["οδος"]
+    assert ngrams.tokenize_all(texts) == [tokenize(text) for text in texts]
+    assert ngrams.tokenize_all(texts)[0][0] == ["οδος"]
 
 
 def test_latin1_text_is_cut_into_the_runs_the_regular_expression_finds() -> None:
     text = "".join(f"a{chr(code)}b{chr(code)}{chr(code)} " for code in range(256))
-    runs = features._RUN.findall(text)
-    assert features._split(text) == (runs, runs)
+    runs = ngrams._RUN.findall(text)
+    assert ngrams._split(text) == (runs, runs)
 
 
 @given(st.lists(st.text(_ALPHABET, min_size=1, max_size=3), max_size=8), st.integers(0, 4))
 def test_word_grams_are_the_runs_of_1_to_n_words(words: list[str], n: int) -> None:
     expected = [" ".join(words[i : i + k]) for k in range(1, n + 1) for i in range(len(words) - k + 1)]
-    assert features._word_grams(words, FeaturizerConfig(word_ngrams=n)) == expected
+    assert ngrams.word_grams(words, n) == expected
 
 
 def test_a_transform_survives_another_thread_emptying_the_caches_meanwhile(

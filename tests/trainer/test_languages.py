@@ -11,9 +11,9 @@ import pytest
 
 from trainer.data import LabelledData
 from trainer.engine import train
-from trainer.features import tokenize
 from trainer.hparams import DEFAULT_HPARAMS
 from trainer.inference import LoadedModel
+from trainer.ngrams import tokenize
 
 # Per family: training texts by intent, then held-out paraphrases by intent.
 SAMPLES: dict[str, tuple[dict[str, list[str]], dict[str, list[str]]]] = {

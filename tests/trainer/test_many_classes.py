@@ -2,7 +2,7 @@
 user runs it). Until the ninth session such data trained without error and stayed near chance:
 the model started at a saddle and early stopping saw no better accuracy in time. Until the
 twenty-third, K asynchronous learners learned it worse than one: each step was divided by its
-staleness, which K learners taking turns make about K - 1 (trainer.ps.server.staleness_scale)."""
+staleness, which K learners taking turns make about K - 1 (trainer.ps.optimizer.staleness_scale)."""
 
 from __future__ import annotations
 

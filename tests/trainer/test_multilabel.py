@@ -17,7 +17,7 @@ import pytest
 import torch
 from synthetic import write_csv
 
-from trainer import engine
+from trainer import engine, held_out
 from trainer.bundle import write_bundle
 from trainer.data import LabelledData, MultiLabelData, multilabel_split
 from trainer.engine import train
@@ -301,7 +301,7 @@ def test_the_threshold_is_chosen_on_the_validation_split(
         seen.append((truth, chosen[0]))
         return chosen
 
-    monkeypatch.setattr(engine, "choose_threshold", spy)
+    monkeypatch.setattr(held_out, "choose_threshold", spy)
     result = train(
         rows, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams, multi_label=True
     )

@@ -19,9 +19,11 @@ from trainer.features import Featurizer, FeaturizerConfig
 from trainer.hparams import HParams
 from trainer.inference import LoadedModel
 from trainer.model import ModelConfig, TextClassifier
+from trainer.ps.applier import Gradient
 from trainer.ps.cuda import StreamPool
 from trainer.ps.learner import ShardData
-from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer
+from trainer.ps.optimizer import OptimizerConfig
+from trainer.ps.server import ParameterServer
 from trainer.step import TextClassifierTask, model_parameters
 
 pytestmark = [
@@ -153,7 +155,7 @@ def test_the_cuda_benchmark_reports_every_mode_side_by_side() -> None:
 def test_a_stream_round_starts_after_the_supervisors_writes_between_rounds() -> None:
     """Between rounds the supervisor writes the parameters on its own stream: a snapshot's
     sum reads them, the epoch's mean is swapped in and the last iterate back, a resume
-    restores them (trainer.averaging, engine._restore). The learners' streams are not ordered
+    restores them (trainer.averaging, loop_state.restore_state). The learners' streams are not ordered
     after that stream by themselves (torch's streams do not wait for the default one), so a
     round must make them wait: a write still queued when the round began, behind a second of
     GPU work, landed after the round's updates and erased them (seen on an H200)."""

@@ -19,9 +19,10 @@ from synthetic import synthetic_data
 from torch.multiprocessing.reductions import shared_cache
 
 from trainer.data import LabelledData
-from trainer.engine import Progress, auto_learners, default_learners, train
+from trainer.engine import Progress, train
 from trainer.errors import TrainingStopped
 from trainer.hparams import HParams
+from trainer.learner_count import auto_learners, default_learners
 from trainer.ps import pool
 from trainer.ps.pool import ProcessPool
 

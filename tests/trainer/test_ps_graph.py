@@ -18,8 +18,9 @@ from trainer.model import ModelConfig, TextClassifier
 from trainer.ps import counters as C
 from trainer.ps.graph import STEPS_PER_GRAPH, GraphPool, Products, pack_chunk, padded_width, sgd_step
 from trainer.ps.learner import ShardData
+from trainer.ps.optimizer import OptimizerConfig
 from trainer.ps.pool import InProcessPool, RoundResult
-from trainer.ps.server import OptimizerConfig, ParameterServer
+from trainer.ps.server import ParameterServer
 from trainer.step import DataCursor, TextClassifierTask, model_parameters
 
 ROWS, TABLE, DIM, CLASSES, LR = 203, 97, 8, 5, 0.5

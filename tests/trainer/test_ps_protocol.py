@@ -22,7 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer.ps import counters as C
-from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer, Stopped
+from trainer.ps.applier import Gradient, Stopped
+from trainer.ps.optimizer import OptimizerConfig
+from trainer.ps.server import ParameterServer
 from trainer.ps.slots import APPLYING, READY
 
 _PARTS = 3  # rows per gradient: one in each stripe of a three-stripe server

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from trainer.ps import counters as C
-from trainer.ps.server import Gradient, OptimizerConfig, ParameterServer, Stopped
+from trainer.ps.applier import Gradient, Stopped
+from trainer.ps.optimizer import OptimizerConfig
+from trainer.ps.server import ParameterServer
 from trainer.ps.stripes import CHUNK_MIN, JOIN_MIN_ROWS, StripeLayout, default_stripes, land_in_turn
 
 

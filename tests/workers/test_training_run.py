@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -26,8 +27,9 @@ from service.training.leases import claim_job
 from trainer.checkpoint import load_verified
 from trainer.errors import NonFiniteLoss, TrainerError
 from trainer.inference import LoadedModel
-from workers import training_run
-from workers.training_run import DISK_FULL, MISSING_DATA, JobInterrupted, run_training_job
+from workers import checkpoint_pointer, progress_reports, training_run
+from workers.failure_reasons import DISK_FULL, MISSING_DATA
+from workers.training_run import JobInterrupted, run_training_job
 
 pytestmark = pytest.mark.integration
 
@@ -85,8 +87,8 @@ def test_a_database_blip_while_training_and_at_the_finish_costs_no_attempt(
     queued = queue_job(intents_csv)
     blips: dict[str, int] = {}
 
-    def once_unreachable(name: str, nth: int) -> None:
-        real = getattr(training_run, name)
+    def once_unreachable(module: ModuleType, name: str, nth: int) -> None:
+        real = getattr(module, name)
 
         def write(*args: Any, **kwargs: Any) -> Any:
             blips[name] = blips.get(name, 0) + 1
@@ -94,11 +96,11 @@ def test_a_database_blip_while_training_and_at_the_finish_costs_no_attempt(
                 raise OperationalError("UPDATE training_jobs", {}, Exception("server closed the connection"))
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(training_run, name, write)
+        monkeypatch.setattr(module, name, write)
 
-    once_unreachable("record_progress", 2)
-    once_unreachable("record_checkpoint", 1)
-    once_unreachable("finish_job", 1)
+    once_unreachable(progress_reports, "record_progress", 2)
+    once_unreachable(checkpoint_pointer, "record_checkpoint", 1)
+    once_unreachable(training_run, "finish_job", 1)
     settings = settings_factory(redis_url=None, checkpoint_every_updates=100)
 
     run_training_job(queued.job_id, settings, "host-a:1")
@@ -148,7 +150,7 @@ def test_an_unreachable_database_is_asked_for_a_checkpoints_pointer_once_a_secon
     time (an S3 upload): thousands of tries in a 2 s outage. Now once when the checkpoint
     appears and once a second after."""
     queued = queue_job(intents_csv)
-    real, refused, published, outage = training_run.record_checkpoint, [], [], [0.0]
+    real, refused, published, outage = checkpoint_pointer.record_checkpoint, [], [], [0.0]
 
     def unreachable_for_a_second(*args: Any, **kwargs: Any) -> Any:
         outage[0] = outage[0] or time.monotonic()
@@ -163,7 +165,7 @@ def test_an_unreachable_database_is_asked_for_a_checkpoints_pointer_once_a_secon
         published.append(path)
         real_publish(store, path)
 
-    monkeypatch.setattr(training_run, "record_checkpoint", unreachable_for_a_second)
+    monkeypatch.setattr(checkpoint_pointer, "record_checkpoint", unreachable_for_a_second)
     monkeypatch.setattr(ArtifactStore, "publish", publish)
 
     settings = settings_factory(redis_url=None, checkpoint_every_updates=100)
@@ -364,7 +366,7 @@ def test_a_claim_that_starts_over_points_the_job_at_its_own_checkpoints_at_once(
         path.unlink()
 
     unreachable = database_blip
-    rewind = training_run.rewind_checkpoint
+    rewind = checkpoint_pointer.rewind_checkpoint
 
     def blipped(*args: Any, **kwargs: Any) -> bool:
         if unreachable:
@@ -377,7 +379,7 @@ def test_a_claim_that_starts_over_points_the_job_at_its_own_checkpoints_at_once(
             unreachable = False  # the database answers again as the claim stops
         return bool(kept(2))
 
-    monkeypatch.setattr(training_run, "rewind_checkpoint", blipped)
+    monkeypatch.setattr(checkpoint_pointer, "rewind_checkpoint", blipped)
     with pytest.raises(JobInterrupted):  # starts over; stopped at its first checkpoint
         run_training_job(queued.job_id, settings, "host-b:2", stop_requested=stop_at_its_first_checkpoint)
 

@@ -27,9 +27,10 @@ import torch
 
 from trainer.errors import TrainerError
 from trainer.ps import counters as C
+from trainer.ps.applier import Stopped
 from trainer.ps.learner import Learner, ShardData, Task, run_shard
 from trainer.ps.pool import RoundResult, _collect, _losses_tensor
-from trainer.ps.server import ParameterServer, Stopped
+from trainer.ps.server import ParameterServer
 
 PER_GPU_LEARNERS = 4  # streams per GPU for learners=0 under Adam
 

@@ -21,7 +21,8 @@ import torch
 
 from trainer.features import Bags
 from trainer.ps import counters as C
-from trainer.ps.server import Gradient, ParameterServer, PSHandles, Stopped
+from trainer.ps.applier import Gradient, PSHandles, Stopped
+from trainer.ps.server import ParameterServer
 
 
 class Task(Protocol):

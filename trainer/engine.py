@@ -55,9 +55,11 @@ from trainer.held_out import (
     FoldLogits,
     cross_fit_logits,
     final_metrics,
+    held_out_fold_logits,
     held_out_logits,
     multilabel_metrics,
     start_folds,
+    start_held_out,
 )
 from trainer.hparams import DEFAULT_HPARAMS, HParams
 from trainer.inference import save_model
@@ -68,6 +70,7 @@ from trainer.preparation import (
     data_fingerprint,
     initial_model,
     prepare,
+    refit_split,
     sentence_vectors,
     validation_split,
 )
@@ -269,7 +272,7 @@ def _train(
         hparams = HParams.from_dict(saved[ckpt.HPARAMS])
         learners = len(saved[ckpt.CURSORS])  # the cursors are per learner: resume with the same K
 
-    split = validation_split(data, hparams)
+    split, held = refit_split(validation_split(data, hparams), hparams, vectors)
     steps = math.ceil(len(split[0]) / hparams.batch_size)  # an epoch's mini-batches
     if not learners:  # auto
         learners = cuda_learners(hparams.optimizer) if on_cuda else auto_learners(steps)
@@ -296,7 +299,9 @@ def _train(
         cross_fitting = (
             cross_fit and prepared.validation_bags is None and hparams.cross_fit_folds > 1 and len(data) > 1
         )
-        if cross_fitting:  # the fold models train beside the final one (trainer.folds)
+        if cross_fit and len(held):  # the held-out model trains beside this one
+            folds = start_held_out(data, held, prepared.labels, hparams, vectors, _train)
+        elif cross_fitting:  # the fold models train beside the final one (trainer.folds)
             folds = start_folds(data, prepared.labels, hparams, vectors, _train)
         model = initial_model(prepared, hparams)
         optimizer = OptimizerConfig(
@@ -362,7 +367,9 @@ def _train(
         model.cpu()  # CUDA: evaluate and save from host memory (a no-op on CPU)
         try:
             logits, targets, evaluated_on = (
-                cross_fit_logits(data, prepared.labels, folds, should_stop)
+                held_out_fold_logits(data, prepared.labels, folds, should_stop)
+                if folds is not None and len(held)
+                else cross_fit_logits(data, prepared.labels, folds, should_stop)
                 if folds is not None
                 else held_out_logits(model, prepared)
             )

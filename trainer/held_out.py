@@ -96,6 +96,26 @@ def start_folds(
     return FoldRuns(run, hparams.cross_fit_folds, default_learners())
 
 
+def start_held_out(
+    data: TrainingData,
+    held: np.ndarray,
+    labels: list[str],
+    hparams: HParams,
+    vectors: SentenceVectors | None,
+    fit: Callable[..., object],
+) -> FoldRuns[FoldLogits]:
+    """Start training the held-out model of a model that trains on every row
+    (preparation.refit_split): one model trained like it without the rows ``held``, in a
+    process of its own beside it (as start_folds' fold models), whose logits on those rows
+    give the metrics and the temperature (held_out_fold_logits)."""
+    folds = np.ones(len(data), dtype=np.int64)
+    folds[held] = 0
+    quiet = HParams.from_dict(
+        {**hparams.as_dict(), "checkpoint_every_updates": 1 << 62, "checkpoint_every_seconds": math.inf}
+    )
+    return FoldRuns(partial(_fold_logits, fit, data, folds, labels, quiet, vectors), 1, 1)
+
+
 def _fold_logits(
     fit: Callable[..., object],
     data: TrainingData,
@@ -159,6 +179,18 @@ def cross_fit_logits(
         if columns is not None:
             logits[np.ix_(held, columns)] = fold_logits
     return logits, example_targets(data, labels), "cross-validation"
+
+
+def held_out_fold_logits(
+    data: TrainingData, labels: list[str], run: FoldRuns[FoldLogits], should_stop: Callable[[], bool]
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """The logits and targets of the rows start_held_out's model left out. A class that model
+    never saw gets -inf logits (as in cross_fit_logits). A stop request raises TrainingStopped."""
+    ((held, columns, fold_logits),) = run.results(should_stop)
+    logits = np.full((len(held), len(labels)), -np.inf)
+    if columns is not None:
+        logits[:, columns] = fold_logits
+    return logits, example_targets(data, labels)[held], "validation"
 
 
 def final_metrics(

@@ -99,6 +99,19 @@ def validation_split(data: TrainingData, hparams: HParams) -> tuple[np.ndarray, 
     return train_idx, validation_idx
 
 
+def refit_split(
+    split: tuple[np.ndarray, np.ndarray], hparams: HParams, vectors: SentenceVectors | None
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """(the split a model trains on, the rows a held-out model leaves out): a model on a
+    sentence encoder with a validation split (``refit_every_row``) trains on every row, and
+    the validation rows are left to one more model trained without them
+    (trainer.held_out.start_held_out); otherwise ``split`` itself, and no such rows."""
+    train_idx, validation_idx = split
+    if vectors is None or not hparams.refit_every_row or not len(validation_idx):
+        return split, validation_idx[:0]
+    return (np.sort(np.concatenate([train_idx, validation_idx])), validation_idx[:0]), validation_idx
+
+
 def prepare(
     data: TrainingData,
     hparams: HParams,

@@ -240,6 +240,28 @@ def test_small_data_is_cross_fitted_on_its_embeddings_too(
     assert float(result.metrics["accuracy"]) > 0.8  # type: ignore[arg-type]
 
 
+def test_an_encoder_model_trains_on_every_row_and_is_scored_by_a_model_without_the_validation_rows(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams, encoder: SentenceEncoder
+) -> None:
+    """refit_every_row: the validation split's 12 rows are held out of a second model only;
+    the final one trains every epoch of the fixed plan on all 60 rows (15 batches of 4)."""
+    result = train(
+        small_data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams, encoder=encoder
+    )
+    planned = max(quick_hparams.max_epochs, quick_hparams.min_updates // 15)
+    assert (result.epochs, result.applied_updates) == (planned, planned * 15)
+    assert result.metrics["evaluated_on"] == "validation"
+    assert result.metrics["n"] == 12
+    held_in = train(
+        small_data,
+        workdir=tmp_path / "w2",
+        out_dir=tmp_path / "m2",
+        hparams=dataclasses.replace(quick_hparams, refit_every_row=False),
+        encoder=encoder,
+    )
+    assert held_in.applied_updates % 12 == 0 and held_in.metrics["n"] == 12  # 48 rows: 12 batches
+
+
 def test_a_bundle_names_its_base_encoder_and_is_refused_where_that_encoder_differs(
     tmp_path: Path, encoder_model: Path, encoder: SentenceEncoder
 ) -> None:

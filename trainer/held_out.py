@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -89,10 +90,7 @@ def start_folds(
     module-level function, so that it reaches the fold processes by name.
     """
     folds = stratified_folds(data.strata, hparams.cross_fit_folds, hparams.seed)
-    quiet = HParams.from_dict(
-        {**hparams.as_dict(), "checkpoint_every_updates": 1 << 62, "checkpoint_every_seconds": math.inf}
-    )
-    run = partial(_fold_logits, fit, data, folds, labels, quiet, vectors)
+    run = partial(_fold_logits, fit, data, folds, labels, _without_checkpoints(hparams), vectors)
     return FoldRuns(run, hparams.cross_fit_folds, default_learners())
 
 
@@ -110,10 +108,14 @@ def start_held_out(
     give the metrics and the temperature (held_out_fold_logits)."""
     folds = np.ones(len(data), dtype=np.int64)
     folds[held] = 0
-    quiet = HParams.from_dict(
-        {**hparams.as_dict(), "checkpoint_every_updates": 1 << 62, "checkpoint_every_seconds": math.inf}
-    )
-    return FoldRuns(partial(_fold_logits, fit, data, folds, labels, quiet, vectors), 1, 1)
+    run = partial(_fold_logits, fit, data, folds, labels, _without_checkpoints(hparams), vectors)
+    return FoldRuns(run, 1, 1)
+
+
+def _without_checkpoints(hparams: HParams) -> HParams:
+    """``hparams`` for a model that writes no checkpoint (a fold or held-out model: a stop
+    trains it again from the start)."""
+    return replace(hparams, checkpoint_every_updates=1 << 62, checkpoint_every_seconds=math.inf)
 
 
 def _fold_logits(

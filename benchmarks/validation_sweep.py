@@ -60,7 +60,7 @@ def subset(data: LabelledData, indices: np.ndarray) -> LabelledData:
     return LabelledData([data.texts[i] for i in indices], [data.labels[i] for i in indices])
 
 
-def _overrides(text: str) -> dict[str, object]:
+def hparams_overrides(text: str) -> dict[str, object]:
     """'key=value,key=value' as HParams overrides, the values parsed as JSON (numbers, true)."""
     pairs = (item.split("=", 1) for item in text.split(",") if item)
     return {key: json.loads(value) for key, value in pairs}
@@ -226,11 +226,11 @@ def sweep_parser(description: str) -> argparse.ArgumentParser:
 
 def taas_systems(args: argparse.Namespace) -> dict[str, HParams]:
     """``taas`` (DEFAULT_HPARAMS with ``--set``) and each ``--variant``, by name."""
-    base = dataclasses.replace(DEFAULT_HPARAMS, **_overrides(args.set))  # type: ignore[arg-type]
+    base = dataclasses.replace(DEFAULT_HPARAMS, **hparams_overrides(args.set))  # type: ignore[arg-type]
     systems = {"taas": base}
     for variant in args.variant:
         name, _, overrides = variant.partition(":")
-        systems[name] = dataclasses.replace(base, **_overrides(overrides))  # type: ignore[arg-type]
+        systems[name] = dataclasses.replace(base, **hparams_overrides(overrides))  # type: ignore[arg-type]
     return systems
 
 

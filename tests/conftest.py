@@ -1,8 +1,9 @@
 """Shared fixtures for every test folder (service, workers, e2e).
 
-Databases are real: each database-backed test runs twice, on SQLite (a file in a temp dir)
-and on PostgreSQL (``postgresql+psycopg://postgres@127.0.0.1:5432/test``, in a schema made
-for the test session; skipped, with the reason, when the server cannot be reached). The
+Databases are real: each database-backed test runs twice, on SQLite (a file in a temp dir) and on
+PostgreSQL (``postgresql+psycopg://postgres@127.0.0.1:5432/test``, in a schema made for the test
+session; skipped, with the reason, when the server cannot be reached), unless its module is
+marked ``dialect_neutral`` (then on SQLite alone). The
 schema is built by running the Alembic migrations, never by ``create_all``. Tests isolate
 themselves by making their own tenants (:func:`tenant_factory`), so no cleanup is needed.
 
@@ -10,7 +11,10 @@ Fixtures
 --------
 ``database_url``       migrated database URL, parametrised ``[sqlite, postgresql]`` (session scope).
                        The PostgreSQL URL carries its schema (``?options=-csearch_path=...``), so a
-                       subprocess given the URL sees the same tables.
+                       subprocess given the URL sees the same tables. A test marked
+                       ``dialect_neutral`` (a whole module, as ``pytestmark``) runs on SQLite
+                       alone: its behaviour does not differ by database (no locking, compare-and-set,
+                       text the databases fold or refuse differently, or SQL of one dialect).
 ``settings_factory``   ``settings_factory(**overrides) -> Settings`` on this test's temp dirs and
                        ``database_url``, admin key :data:`ADMIN_KEY`, secrets key
                        :data:`SECRETS_KEY`, metrics token :data:`METRICS_TOKEN`
@@ -104,6 +108,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A ``dialect_neutral`` test takes ``database_url`` on SQLite alone (the session's database)."""
+    if "database_url" in metafunc.fixturenames and metafunc.definition.get_closest_marker("dialect_neutral"):
+        metafunc.definition.add_marker(
+            pytest.mark.parametrize("database_url", ["sqlite"], indirect=True, scope="session")
+        )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,9 +6,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import Result
 
 from tests.client.conftest import Live
+
+pytestmark = pytest.mark.dialect_neutral
 
 
 def test_show_prints_the_report_and_upload_its_warnings(

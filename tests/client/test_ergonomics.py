@@ -22,6 +22,8 @@ from service.core.settings import Settings
 from tests.client.conftest import Live
 from tests.conftest import ADMIN_KEY
 
+pytestmark = pytest.mark.dialect_neutral
+
 
 def _json(result: Result) -> Any:
     assert result.exit_code == 0, result.output

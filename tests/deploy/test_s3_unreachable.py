@@ -38,7 +38,7 @@ from workers.failure_reasons import STORE_UNAVAILABLE
 from workers.training_run import run_training_job
 from workers.unrecorded import sweep_unrecorded
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.dialect_neutral]
 
 
 @pytest.fixture

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy.orm import Session
 
 from service.training.history import MAX_POINTS, recorded, with_point
 from tests.ops.conftest import FinishedJob
+
+pytestmark = pytest.mark.dialect_neutral
 
 
 def test_history_past_its_bound_keeps_every_other_point_and_the_newest() -> None:

@@ -16,6 +16,8 @@ from service.training.worker_registry import WorkerInfo
 from tests.conftest import METRICS_HEADERS, METRICS_TOKEN
 from tests.ops.conftest import FinishedJob
 
+pytestmark = pytest.mark.dialect_neutral
+
 
 def _samples(client: TestClient) -> dict[str, list[tuple[dict[str, str], float]]]:
     reply = client.get("/metrics", headers=METRICS_HEADERS)

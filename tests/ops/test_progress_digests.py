@@ -13,6 +13,8 @@ from service.core.models import JobEvent, TrainingJob, utcnow
 from service.ops import observe, views
 from tests.ops.conftest import FinishedJob
 
+pytestmark = pytest.mark.dialect_neutral
+
 
 def test_a_jobs_digest_is_read_once_until_the_job_is_written_again(
     session: Session, finished_job: FinishedJob, monkeypatch: pytest.MonkeyPatch

@@ -15,6 +15,8 @@ from service.core.settings import Settings
 from tests.conftest import ADMIN_KEY, TenantHandle
 from tests.ops.conftest import log_in
 
+pytestmark = pytest.mark.dialect_neutral
+
 PAGES = ["/ops", "/ops/jobs", "/ops/jobs/some-job", "/ops/tenants"]
 FEED = ["/ops/api/overview", "/ops/api/jobs", "/ops/api/jobs/some-job", "/ops/api/tenants"]
 

@@ -22,6 +22,8 @@ from service.app import create_app
 from service.core.settings import Settings
 from tests.security.conftest import LABELLED, Estate
 
+pytestmark = pytest.mark.dialect_neutral
+
 EVIL = "https://evil.example"
 CROSS_SITE = [
     {"Origin": EVIL},

@@ -21,6 +21,8 @@ from service.serving import classifying
 from service.tenants import accounts
 from tests.conftest import ADMIN_KEY
 
+pytestmark = pytest.mark.dialect_neutral
+
 BODIES: dict[str, Any] = {
     "classify": {"text": "is it raining"},
     "classify_collection": {"collection": [{"text": "is it raining"}]},

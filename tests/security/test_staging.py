@@ -29,6 +29,8 @@ from tests.security.conftest import Estate, serving
 from tests.service.helpers import make_available, nlc_files
 from trainer.inference import WEIGHTS_FILE
 
+pytestmark = pytest.mark.dialect_neutral
+
 BUNDLE_ROUTES = {
     "serving": "/v1/classifiers/{cid}/bundle",
     "version": "/v1/classifiers/{cid}/versions/1/bundle",

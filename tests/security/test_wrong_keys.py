@@ -16,6 +16,8 @@ from service.tenants import failed_keys
 from service.tenants.failed_keys import FailedKeys, client_address
 from tests.conftest import ADMIN_KEY
 
+pytestmark = pytest.mark.dialect_neutral
+
 BOGUS = {"Authorization": "Bearer not-a-key-of-anyone"}
 
 

@@ -16,6 +16,8 @@ from service.app import create_app
 from service.core.settings import Settings
 from tests.conftest import REPO_ROOT
 
+pytestmark = pytest.mark.dialect_neutral
+
 STATIC = REPO_ROOT / "service" / "api" / "static"
 
 

@@ -24,6 +24,8 @@ from service.storage.store import ArtifactStore
 from trainer.bundle import extract_bundle, write_bundle
 from trainer.inference import META_FILE, LoadedModel
 
+pytestmark = pytest.mark.dialect_neutral
+
 TEXTS = ["is it going to rain", "how warm is it tomorrow", "snow?"]
 
 

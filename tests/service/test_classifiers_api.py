@@ -22,6 +22,8 @@ from service.core.settings import Settings
 from service.training import leases
 from tests.service.helpers import nlc_files, store_dataset
 
+pytestmark = pytest.mark.dialect_neutral
+
 NLC_CLASSIFIER_KEYS = {"classifier_id", "name", "language", "created", "url", "status", "status_description"}
 
 

@@ -18,6 +18,8 @@ from tests.conftest import TenantHandle
 from tests.service.helpers import make_available
 from trainer.evaluate import classification_report
 
+pytestmark = pytest.mark.dialect_neutral
+
 GZIP = {"Accept-Encoding": "gzip"}
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from service.core.models import Dataset
 from tests.service.helpers import store_dataset
+
+pytestmark = pytest.mark.dialect_neutral
 
 SMALL_CLASS = b"text,label\nhot,t\ncold,t\nrain,c\nrain,c\n"
 

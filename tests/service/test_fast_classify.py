@@ -23,6 +23,8 @@ from service.app import create_app
 from service.core.settings import Settings
 from tests.conftest import METRICS_HEADERS
 
+pytestmark = pytest.mark.dialect_neutral
+
 TEXT = {"text": "is it going to rain"}
 
 

@@ -30,7 +30,7 @@ from service.storage.store import ArtifactStore
 from tests.conftest import ADMIN_KEY
 from tests.service.helpers import NLC_CSV, make_available, serving_in_thread
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.dialect_neutral]
 BIN = Path(sys.executable).parent
 PACKAGE = "taas_generated_client"
 # What the generator reads as a file download or upload: it knows application/octet-stream (and

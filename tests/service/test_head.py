@@ -7,10 +7,13 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from starlette.routing import BaseRoute
+
+pytestmark = pytest.mark.dialect_neutral
 
 
 def _get_paths(routes: Iterable[BaseRoute]) -> Iterator[str]:

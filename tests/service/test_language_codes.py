@@ -13,6 +13,8 @@ from service.catalogue.classifiers import check_language
 from service.core.errors import BadRequest
 from tests.service.helpers import store_dataset
 
+pytestmark = pytest.mark.dialect_neutral
+
 NLC_LANGUAGES = ["en", "ar", "fr", "de", "it", "ja", "ko", "pt", "es"]
 REFUSED: list[object] = [
     "xx",

@@ -24,6 +24,8 @@ from trainer.encoder import shared_encoder
 from trainer.encoder.registry import MINILM
 from trainer.inference import LoadedModel
 
+pytestmark = pytest.mark.dialect_neutral
+
 
 def test_classify_answers_nlc_shape_with_confidences_summing_to_one(
     client: TestClient, tenant: Any, available: str

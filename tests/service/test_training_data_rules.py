@@ -15,6 +15,8 @@ from service.core.settings import TRAINER_MAX_TEXT_CHARS, Settings
 from service.storage.store import ArtifactStore
 from trainer.data import MAX_TEXT_CHARS, read_labelled_csv
 
+pytestmark = pytest.mark.dialect_neutral
+
 GOOD = "good text,a\nother text,b\n"
 
 

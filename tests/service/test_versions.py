@@ -25,6 +25,8 @@ from service.training import job_views
 from tests.conftest import ADMIN_KEY, TenantHandle
 from tests.service.helpers import NLC_CSV, make_available, nlc_files
 
+pytestmark = pytest.mark.dialect_neutral
+
 MORE_CSV = NLC_CSV + "Is it windy?,conditions\nHow warm is the sea?,temperature\n"
 
 

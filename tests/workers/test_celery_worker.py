@@ -98,9 +98,11 @@ def test_two_workers_start_a_single_job_at_the_first_free_slot_behind_a_backlog(
 ) -> None:
     settings = settings_factory(redis_url=broker)
     start_workers(settings, 2, TAAS_LEARNERS="1")
-    first = queue_job(intents_csv, settings)
-    backlog = [first] + [queue_job(intents_csv, settings, first.tenant_id) for _ in range(5)]
-    single = queue_job(intents_csv, settings)  # tenant B's one job, queued behind A's
+    # n-gram jobs: the test is about the order of the claims, not the model (the encoder's is
+    # the first test's)
+    first = queue_job(intents_csv, settings, language=NGRAM_LANGUAGE)
+    backlog = [first] + [queue_job(intents_csv, settings, first.tenant_id, NGRAM_LANGUAGE) for _ in range(5)]
+    single = queue_job(intents_csv, settings, language=NGRAM_LANGUAGE)  # tenant B's one job, behind A's
     every = [q.job_id for q in backlog] + [single.job_id]
 
     wait_until(
@@ -153,7 +155,9 @@ def test_a_tenant_holding_both_slots_gives_one_to_a_tenant_that_arrives(
         interval=0.1,
         message="both workers training tenant A's jobs",
     )
-    single = queue_job(intents_csv, settings)  # tenant B arrives while A holds every slot
+    # tenant B arrives while A holds every slot (n-grams too: its English model's encoder and six
+    # fold models took the longest of the test, and only its start is checked)
+    single = queue_job(intents_csv, settings, language=NGRAM_LANGUAGE)
 
     wait_until(
         lambda: _states(session, [single.job_id]) != {JobState.QUEUED},

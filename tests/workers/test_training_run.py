@@ -67,7 +67,7 @@ def test_a_workers_jobs_share_one_engine_and_leave_no_dialect_behind(
 
     counts = []
     for _ in range(3):
-        queued = queue_job(intents_csv)
+        queued = queue_job(intents_csv, language=NGRAM_LANGUAGE)  # any model: not the encoder's test
         run_training_job(queued.job_id, worker_settings, "host-a:1")
         assert queued.reload(session)[0].state == JobState.SUCCEEDED
         counts.append(live_dialects())
@@ -120,7 +120,7 @@ def test_a_finish_whose_commit_landed_and_whose_reply_was_lost_keeps_its_model(
 ) -> None:
     """Tried again, the finish is refused (the job is done already), which read as a lost
     lease: the model was deleted under the version that had just become Available."""
-    queued = queue_job(intents_csv)
+    queued = queue_job(intents_csv, language=NGRAM_LANGUAGE)
     real, tries = training_run.finish_job, []
 
     def committed_then_cut_off(*args: Any, **kwargs: Any) -> Any:
@@ -202,7 +202,7 @@ def test_job_whose_row_is_gone_returns_quietly(worker_settings: Settings) -> Non
 def test_finished_job_is_left_alone_when_delivered_again(
     queue_job: Callable[..., Any], intents_csv: Path, worker_settings: Settings, session: Session
 ) -> None:
-    queued = queue_job(intents_csv)
+    queued = queue_job(intents_csv, language=NGRAM_LANGUAGE)
     run_training_job(queued.job_id, worker_settings, "host-a:1")
     _, before = queued.reload(session)
     model_dir, updated_at = before.model_dir, before.updated_at
@@ -468,7 +468,7 @@ def test_a_full_disk_is_waited_out_without_counting_failed_attempts(
     """Three ENOSPC attempts, a few seconds apart, used to fail a job while an operator had
     barely been paged."""
     settings = settings_factory(max_attempts=1, retry_backoff_max_seconds=0)
-    queued = queue_job(intents_csv, settings)
+    queued = queue_job(intents_csv, settings, language=NGRAM_LANGUAGE)
     real_train = training_run.train
 
     def no_space(*args: Any, **kwargs: Any) -> Any:

@@ -51,7 +51,6 @@ from linear_peers import tfidf_pipeline  # noqa: E402
 from validation_sweep import hparams_overrides, subset, taas_probabilities  # noqa: E402
 
 OOS = "oos"  # the label of oos_test.csv's rows, and of a rejected text
-SYSTEMS = ("taas-confidence", "tfidf-logreg-msp")
 # (labels, probabilities per scored text) of a system trained on the first data
 Scorer = Callable[[LabelledData, list[str]], tuple[list[str], np.ndarray]]
 
@@ -88,14 +87,14 @@ def measure(truth: list[str], predicted: list[str], confidence: np.ndarray, thre
     in_scope = truth_a != OOS
     rejected = confidence < threshold
     decided = np.where(rejected, OOS, predicted_a)
-    right = decided == truth_a
+    in_scope_accuracy = float((decided == truth_a)[in_scope].mean())
     return {
         "auroc": float(roc_auc_score(in_scope, confidence)),
         "mcc": float(matthews_corrcoef(truth_a, decided)),
         "oos_recall": float(rejected[~in_scope].mean()),
         "oos_precision": float((~in_scope[rejected]).mean()) if rejected.any() else 0.0,
-        "in_scope_accuracy": float(right[in_scope].mean()),
-        "in_scope_accuracy_lost": float((predicted_a == truth_a)[in_scope].mean() - right[in_scope].mean()),
+        "in_scope_accuracy": in_scope_accuracy,
+        "in_scope_accuracy_lost": float((predicted_a == truth_a)[in_scope].mean()) - in_scope_accuracy,
         "best_mcc": max(
             float(matthews_corrcoef(truth_a, np.where(confidence < t, OOS, predicted_a)))
             for t in [0.0, *np.unique(confidence)]

@@ -4,18 +4,15 @@ with an oos_test.csv and by leaving classes out."""
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmark_runs import BENCHMARKS, run_benchmark
+from benchmark_runs import run_benchmark
 from synthetic import synthetic_data, write_csv
 
+from benchmarks.oos import measure
 from trainer import LabelledData
-
-sys.path.insert(0, str(BENCHMARKS))
-from oos import measure  # noqa: E402  (a benchmark script, not a package)
 
 
 def test_figures_at_the_threshold_count_rejected_texts_as_oos() -> None:

@@ -1,22 +1,27 @@
 """Out-of-scope detection: how well each system tells apart texts of none of its classes.
 
     python benchmarks/oos.py DATASET_DIR... [--json] [--repeats R] [--rate F] [--language L]
-        [--set KEY=VALUE[,...]]
+        [--set KEY=VALUE[,...]] [--systems NAME,...] [--validation]
 
 A folder with an ``oos_test.csv`` (label ``oos``, as the hint3 folders have): the systems
 train on ``train.csv`` and score ``test.csv`` and ``oos_test.csv`` together. A folder without
 one is scored by leaving classes out: per repeat (seeded, ``--repeats``, default 5) a random
 quarter of train.csv's classes is unseen; the systems train on the other classes' rows and
-score test.csv, whose rows of the unseen classes are the out-of-scope ones.
+score test.csv, whose rows of the unseen classes are the out-of-scope ones. ``--validation``
+reads train.csv alone, for choices made on validation folds: a stratified fifth of it (seeded)
+is the scored file, the rest the training rows, classes left out as above.
 
-Systems, each a confidence per text and a reject threshold:
+Systems, each a score per text and a reject threshold:
 
+* ``taas``: the in-scope score a classifier answers with (trainer.in_scope), at the rate its
+  threshold is set to (``--rate``; a classifier's default is 2 %), set at training on its own
+  held-out rows: no validation fifth, the model trains once on every training row;
 * ``taas-confidence``: taas's calibrated top-class confidence (trainer.train as a classifier
   trains, on the sentence encoder for English; ``--set``: HParams overrides);
 * ``tfidf-logreg-msp``: the maximum softmax probability of the TF-IDF logistic regression
   (benchmarks/linear_peers.py).
 
-Each system's threshold rejects ``--rate`` (default 0.02) of the in-scope rows of a validation
+Each peer's threshold rejects ``--rate`` (default 0.02) of the in-scope rows of a validation
 fifth of the training rows (stratified), scored by the system trained on the other four fifths;
 the system then trains on every training row and keeps that threshold.
 
@@ -33,16 +38,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import matthews_corrcoef, roc_auc_score
 
-from trainer import DEFAULT_HPARAMS, HParams, LabelledData, read_labelled_csv
+from trainer import DEFAULT_HPARAMS, HParams, LabelledData, read_labelled_csv, train
 from trainer.data import stratified_split
 from trainer.encoder import shared_encoder
 from trainer.hparams import encoder_for
+from trainer.inference import LoadedModel
 from trainer.sentence_features import SentenceVectors, encode_texts
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -63,11 +71,16 @@ class Case:
     scored: LabelledData
 
 
-def cases(folder: Path, repeats: int) -> list[Case]:
-    """The folder's scoring cases: one with its oos_test.csv, else one per left-out repeat."""
+def cases(folder: Path, repeats: int, validation: bool = False) -> list[Case]:
+    """The folder's scoring cases: one with its oos_test.csv, else one per left-out repeat
+    (``validation``: of train.csv's fifths, see the module docstring)."""
     train = read_labelled_csv(folder / "train.csv")
-    test = read_labelled_csv(folder / "test.csv")
-    if (folder / "oos_test.csv").is_file():
+    if validation:
+        fit_rows, validation_rows = stratified_split(train.labels, 0.2, seed=1)
+        train, test = subset(train, fit_rows), subset(train, validation_rows)
+    else:
+        test = read_labelled_csv(folder / "test.csv")
+    if (folder / "oos_test.csv").is_file() and not validation:
         oos = read_labelled_csv(folder / "oos_test.csv")
         return [Case(train, LabelledData(test.texts + oos.texts, test.labels + [OOS] * len(oos)))]
     classes = sorted(set(train.labels))
@@ -134,11 +147,40 @@ def taas_scorer(hparams: HParams, vectors: SentenceVectors | None) -> Scorer:
     return scorer
 
 
+def run_taas(hparams: HParams, vectors: SentenceVectors | None, case: Case, rate: float) -> dict:
+    """taas as a classifier answers: trained once on every row (K = 1), each scored text's
+    in-scope score, rejected below ``rate``."""
+    with tempfile.TemporaryDirectory(prefix="taas-oos-") as tmp:
+        train(
+            case.train,
+            workdir=Path(tmp) / "w",
+            out_dir=Path(tmp) / "m",
+            hparams=hparams,
+            learners=1,
+            vectors=vectors,
+        )
+        model = LoadedModel.load(Path(tmp) / "m")
+    embeddings = None if vectors is None else vectors.of(case.scored.texts)
+    ranked = model.classify(case.scored.texts, top=1, embeddings=embeddings)
+    scores = model.in_scope_scores(ranked, embeddings)
+    assert scores is not None, "a single-label model trained now has an in-scope score"
+    return measure(case.scored.labels, [r[0][0] for r in ranked], np.asarray(scores), rate)
+
+
+SYSTEMS = ("taas", "taas-confidence", "tfidf-logreg-msp")
+
+
 def benchmark(
-    folder: Path, repeats: int, rate: float, language: str, hparams: HParams = DEFAULT_HPARAMS
+    folder: Path,
+    repeats: int,
+    rate: float,
+    language: str,
+    hparams: HParams = DEFAULT_HPARAMS,
+    systems: tuple[str, ...] = SYSTEMS,
+    validation: bool = False,
 ) -> list[dict[str, object]]:
-    """One row per system for the folder (means over its cases)."""
-    found = cases(folder, repeats)
+    """One row per system of ``systems`` for the folder (means over its cases)."""
+    found = cases(folder, repeats, validation)
     spec = encoder_for(language)
     vectors = None
     if spec is not None:
@@ -148,9 +190,14 @@ def benchmark(
         "taas-confidence": taas_scorer(hparams, vectors),
         "tfidf-logreg-msp": tfidf_logreg,
     }
+    runs: dict[str, Callable[[Case], dict]] = {
+        "taas": lambda case: run_taas(hparams, vectors, case, rate),
+        **{system: partial(run_system, scorer, rate=rate) for system, scorer in scorers.items()},
+    }
     rows = []
-    for system, scorer in scorers.items():
-        results = [run_system(scorer, case, rate) for case in found]
+    for system in systems:
+        run = runs[system]
+        results = [run(case) for case in found]
         row: dict[str, object] = {"dataset": dataset_name(folder), "system": system}
         row.update({key: round(float(np.mean([r[key] for r in results])), 4) for key in results[0]})
         row["cases"] = len(results)
@@ -173,12 +220,22 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=0.02, help="in-scope validation rows rejected")
     parser.add_argument("--language", default="en", help="the classifiers' language (en: on the encoder)")
     parser.add_argument("--set", default="", help="KEY=VALUE[,...]: HParams overrides for taas")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="NAME,...: the systems run")
+    parser.add_argument("--validation", action="store_true", help="score a fifth of train.csv, not test.csv")
     args = parser.parse_args()
     hparams = dataclasses.replace(DEFAULT_HPARAMS, **hparams_overrides(args.set))  # type: ignore[arg-type]
     rows = (
         row
         for folder in args.datasets
-        for row in benchmark(folder, args.repeats, args.rate, args.language, hparams)
+        for row in benchmark(
+            folder,
+            args.repeats,
+            args.rate,
+            args.language,
+            hparams,
+            tuple(args.systems.split(",")),
+            args.validation,
+        )
     )
     print_rows(rows, as_json=args.json, table=_table)
 

@@ -37,6 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from trainer import checkpoint as ckpt
@@ -57,6 +58,7 @@ from trainer.held_out import (
     final_metrics,
     held_out_fold_logits,
     held_out_logits,
+    in_scope_scoring,
     multilabel_metrics,
     start_folds,
     start_held_out,
@@ -373,6 +375,9 @@ def _train(
                 if folds is not None
                 else held_out_logits(model, prepared)
             )
+            # the rows of ``logits``: the held-out model's, every row (cross-fitting), or the
+            # validation split's (held_out_logits' "training" ones get no in-scope scoring)
+            held_rows = held if len(held) else np.arange(len(data)) if folds is not None else split[1]
         except TrainingStopped:
             raise TrainingStopped(ps.version(), state.last_checkpoint) from None
     finally:
@@ -386,6 +391,11 @@ def _train(
         else final_metrics(logits, targets, prepared.labels, evaluated_on)
     )
     metrics["model"] = describe_model(prepared.sentence)
+    in_scope = (
+        in_scope_scoring(data, held_rows, logits, temperature, hparams, vectors)
+        if cross_fit and not prepared.multi_label and evaluated_on != "training"
+        else None
+    )
     session.report("saving")
     state.train_seconds += time.monotonic() - session.accounted
     epochs = min(state.epoch - 1, prepared.max_epochs)
@@ -408,6 +418,7 @@ def _train(
         },
         threshold,
         sentence=prepared.sentence,
+        in_scope=in_scope,
     )
     session.report("done")
     return TrainResult(

@@ -2,8 +2,9 @@
 
 Each epoch's validation score (``validate``); at the end, the logits of the validation split,
 or for data too small to hold one out, cross-fitting's out-of-fold logits (``start_folds``,
-``cross_fit_logits``); and from those the metrics, the softmax temperature and the multi-label
-decision threshold saved with the model.
+``cross_fit_logits``); and from those the metrics, the softmax temperature, the multi-label
+decision threshold and the single-label out-of-scope scoring (``in_scope_scoring``) saved
+with the model.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from trainer.evaluate import (
 from trainer.features import Bags
 from trainer.folds import FoldRuns
 from trainer.hparams import HParams
+from trainer.in_scope import InScope, fit_in_scope
 from trainer.inference import LoadedModel, bag_tensors
 from trainer.learner_count import default_learners
 from trainer.model import TextClassifier
@@ -208,6 +210,26 @@ def final_metrics(
     report["temperature"] = temperature
     report["evaluated_on"] = evaluated_on
     return report, temperature, None
+
+
+def in_scope_scoring(
+    data: TrainingData,
+    rows: np.ndarray,
+    logits: np.ndarray,
+    temperature: float,
+    hparams: HParams,
+    vectors: SentenceVectors | None,
+) -> InScope:
+    """A single-label model's out-of-scope scoring (trainer.in_scope) from the held-out
+    ``logits`` of ``data``'s ``rows``; its neighbours are the distinct texts of ``data`` (not
+    every text ``vectors`` holds: a caller may have encoded others with them)."""
+    neighbours, own = None, None
+    if vectors is not None:
+        distinct, inverse = np.unique([vectors.index[text] for text in data.texts], return_inverse=True)
+        neighbours, own = vectors.matrix[distinct], inverse[rows]
+    return fit_in_scope(
+        logits, temperature, neighbours, own, hparams.in_scope_rate, hparams.in_scope_neighbour_weight
+    )
 
 
 def multilabel_metrics(

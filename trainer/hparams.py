@@ -124,6 +124,13 @@ class HParams:
     # cross-fitting: k extra models, each trained like the final one on the other folds
     # (0 or 1: off, metrics on the training rows and no calibration)
     cross_fit_folds: int = 5
+    # out-of-scope detection (trainer.in_scope): a single-label classifier rejects a text that
+    # scores below this share of its held-out in-scope rows, and its score weighs the cosine
+    # to the nearest training text's sentence embedding by this beside the confidence (half
+    # weight: on validation folds it helped the chatbot sets at any weight and, at full
+    # weight, cost trec50 0.012 AUROC; docs/experiments/out-of-scope.md)
+    in_scope_rate: float = 0.02
+    in_scope_neighbour_weight: float = 0.5
     # operations
     checkpoint_every_updates: int = 5000
     checkpoint_every_seconds: float = 60.0

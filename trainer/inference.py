@@ -37,8 +37,10 @@ from trainer.encoder import EncoderUnavailable, shared_encoder
 from trainer.errors import CheckpointCorrupt, WeightsOutOfBounds
 from trainer.evaluate import decide
 from trainer.features import DEFAULT_CACHE_BYTES, Bags, Featurizer, FeaturizerConfig
+from trainer.in_scope import NEIGHBOURS, InScope, load_in_scope
 from trainer.model import ModelConfig, TextClassifier
 from trainer.sentence_features import SentenceInput
+from trainer.weight_bounds import out_of_bounds, stores_every_value
 
 FORMAT = "taas-text-classifier/1"
 MULTI_LABEL_FORMAT = "taas-text-classifier/2"  # FORMAT plus "multi_label" and "threshold"
@@ -58,9 +60,11 @@ def save_model(
     extra: dict[str, Any],
     threshold: float | None = None,
     sentence: SentenceInput | None = None,
+    in_scope: InScope | None = None,
 ) -> None:
     """Write a complete model directory (created if missing); ``extra`` goes into model.json.
-    ``sentence``: how the model reads the encoder's embedding (None: n-grams only).
+    ``sentence``: how the model reads the encoder's embedding (None: n-grams only);
+    ``in_scope``: its out-of-scope scoring (trainer.in_scope; None: none).
 
     The output layer is saved divided by ``temperature`` (trainer.calibration), so a loaded
     model's softmax gives the calibrated confidences with no extra step. A ``threshold``
@@ -73,6 +77,8 @@ def save_model(
         "buckets": torch.from_numpy(featurizer.buckets.astype(np.int32)),  # < 2**24: int32 is exact
         "idf": torch.from_numpy(featurizer.idf.copy()),
     }
+    if in_scope is not None and in_scope.neighbours is not None:
+        tensors[NEIGHBOURS] = in_scope.neighbours.to(torch.float16).contiguous()
     if problem := out_of_bounds({k: v for k, v in tensors.items() if k != "buckets"}):
         # a model no loader would take must not be written (its job ended Available, every
         # classify a 503); weights grow so only when training diverges
@@ -86,6 +92,8 @@ def save_model(
     mode: dict[str, object] = {"multi_label": True, "threshold": threshold} if threshold is not None else {}
     if sentence is not None:
         mode["sentence"] = sentence.as_dict()
+    if in_scope is not None:
+        mode["in_scope"] = in_scope.as_dict()
     meta = {
         "format": SENTENCE_FORMAT
         if sentence is not None
@@ -144,35 +152,21 @@ def _labels(labels: object, classes: int) -> list[str]:
 
 
 _WEIGHTS = ("buckets", "idf", "embedding", "output.weight", "output.bias")
-_WEIGHT_BOUND = 1e6
 
 
 def _check_weights(tensors: object, model_dir: Path) -> None:
-    """Raise CheckpointCorrupt unless ``tensors`` names every weight, each a tensor."""
+    """Raise CheckpointCorrupt unless ``tensors`` names every weight, each a tensor (and the
+    in-scope neighbours, if there, one too)."""
     if not isinstance(tensors, dict):
         raise CheckpointCorrupt(f"{model_dir}: {WEIGHTS_FILE} does not hold named tensors")
-    for key in _WEIGHTS:
+    for key in (*_WEIGHTS, *([NEIGHBOURS] if NEIGHBOURS in tensors else [])):
         tensor = tensors.get(key)
         if not isinstance(tensor, torch.Tensor):
             raise CheckpointCorrupt(f"{model_dir}: {WEIGHTS_FILE} has no tensor '{key}'")
-        if not _stores_every_value(tensor):
+        if not stores_every_value(tensor):
             raise CheckpointCorrupt(
                 f"{model_dir}: {WEIGHTS_FILE}: '{key}' does not store each of its {tensor.numel()} values"
             )
-
-
-def _stores_every_value(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is dense and its storage holds as many values as it has elements.
-
-    torch.save keeps a view's strides: a tensor expanded from one number (stride 0) claims any
-    shape from a file of two kilobytes, and building the model from it allocated gigabytes in
-    the API process (a forged bundle). A tensor whose storage holds its values is no larger
-    than the file that held it, and that file is within the upload limit (its strides may be
-    a transpose's: harmless)."""
-    return (
-        tensor.layout == torch.strided
-        and tensor.untyped_storage().nbytes() >= tensor.numel() * tensor.element_size()
-    )
 
 
 def _model_config(spec: object, tensors: dict[str, torch.Tensor], sentence_dim: int) -> ModelConfig:
@@ -240,25 +234,6 @@ def _featurizer_config(spec: object) -> FeaturizerConfig:
     return config
 
 
-def out_of_bounds(named: dict[str, torch.Tensor]) -> str | None:
-    """What makes these weights unservable: the name of one holding a NaN, an infinity, or a
-    value beyond ±``_WEIGHT_BOUND`` (with what it holds), or None. NaN weights answer every
-    classify with NaN confidences, and so do finite ones large enough for a logit to overflow
-    float32 (an embedding of 60,000s with an output row of 1e36, in a forged bundle). Within
-    the bound a logit stays far below float32's range (64 × 2 normalised groups × 10⁶ × 10⁶),
-    and no trained weight comes near it: SGD's are tens at most, an IDF about 20, a temperature
-    divides by at most 20. ``aminmax`` carries a NaN through: 5 ms for 19 M values, where
-    ``abs().max()`` takes 45. An empty tensor (no text had an n-gram: no embedding rows) holds
-    nothing out of bounds."""
-    for key, tensor in named.items():
-        if tensor.numel() == 0:
-            continue
-        low, high = torch.aminmax(tensor)
-        if not -_WEIGHT_BOUND <= float(low) <= float(high) <= _WEIGHT_BOUND:  # False for NaN
-            return f"'{key}' holds NaN, infinite or values beyond ±{_WEIGHT_BOUND:g}"
-    return None
-
-
 MIN_CACHE_BYTES = 512 << 10  # a tiny model's n-gram caches: a few thousand words each
 
 
@@ -268,6 +243,7 @@ class LoadedModel:
     ``multi_label``: the model scores each class with its own sigmoid (confidences do not sum
     to 1) and ``threshold`` is its decision threshold; single-label models have a softmax and
     no threshold. ``labels_of`` turns one text's scores into its predicted labels either way.
+    ``in_scope``: a single-label model's out-of-scope scoring, if it has one (in_scope_scores).
     """
 
     def __init__(
@@ -277,8 +253,10 @@ class LoadedModel:
         model: TextClassifier,
         threshold: float | None = None,
         sentence: SentenceInput | None = None,
+        in_scope: InScope | None = None,
     ) -> None:
         self.labels = labels
+        self.in_scope = in_scope
         self.threshold = threshold
         self.featurizer = featurizer
         self.sentence = sentence
@@ -292,6 +270,7 @@ class LoadedModel:
         # a model cache's budget holds whatever classify texts fill them with.
         featurizer.cache_bytes = min(max(weights // 2, MIN_CACHE_BYTES), DEFAULT_CACHE_BYTES)
         self.nbytes = weights + featurizer.idf.nbytes + 2 * featurizer.cache_bytes
+        self.nbytes += in_scope.nbytes if in_scope is not None else 0
 
     @classmethod
     def load(cls, model_dir: Path, *, check_encoder_weights: bool = True) -> LoadedModel:
@@ -348,11 +327,13 @@ class LoadedModel:
                 raise ValueError(f"threshold {threshold!r} is not a number")
             if threshold is not None and not 0.0 < threshold < 1.0:  # NaN too
                 raise ValueError(f"threshold {threshold} is not between 0 and 1")
+            dim = sentence.dim if sentence is not None else None
+            in_scope = None if threshold is not None else load_in_scope(meta, tensors, dim)
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointCorrupt(f"{model_dir}: model files do not fit together: {exc}") from exc
         if sentence is not None and check_encoder_weights:
             check_encoder(sentence)
-        return cls(labels, featurizer, model, threshold, sentence)
+        return cls(labels, featurizer, model, threshold, sentence, in_scope)
 
     @classmethod
     def _load_bundle(cls, bundle: Path) -> LoadedModel:
@@ -444,6 +425,17 @@ class LoadedModel:
             [(labels[i], confidence) for i, confidence in zip(order, row, strict=True)]
             for order, row in zip(orders.tolist(), confidences, strict=True)
         ]
+
+    def in_scope_scores(
+        self, scores: Sequence[Sequence[tuple[str, float]]], embeddings: np.ndarray | None = None
+    ) -> list[float] | None:
+        """Per text of a ``classify`` result, its in-scope score (trainer.in_scope), or None
+        for a model without out-of-scope scoring. ``embeddings``: see bags."""
+        if self.in_scope is None:
+            return None
+        if embeddings is None and self.in_scope.neighbours is not None:
+            raise ValueError("an encoder model's in-scope scores need the texts' embeddings")
+        return self.in_scope.scores(np.array([ranked[0][1] for ranked in scores]), embeddings).tolist()
 
     def labels_of(self, scores: Sequence[tuple[str, float]]) -> list[str]:
         """The predicted labels of one text, from its ``classify`` result: the top class for a

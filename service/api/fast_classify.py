@@ -162,9 +162,9 @@ class FastClassify:
             await charge_classify(state, found, classifying.charge_units(texts))
         except TaasError:
             return None
-        scores = await models.inference.classify(model, texts)
+        answered = await models.inference.classify(model, texts)
         return classify.reply_json(
-            Request(scope), classifier_id, body, texts, classifying.classified(model, scores)
+            Request(scope), classifier_id, body, texts, classifying.classified(model, answered)
         )
 
 

@@ -342,12 +342,27 @@ class ClassifiedClass(BaseModel):
 
 class CollectionResult(BaseModel):
     """The classification of one text of a collection; ``labels`` (extension), only from a
-    multi-label classifier, holds the classes it predicts (confidences are then independent)."""
+    multi-label classifier, holds the classes it predicts (confidences are then independent);
+    ``in_scope_score`` and ``out_of_scope`` (extensions), from a single-label classifier
+    trained with out-of-scope detection, say whether the text belongs to none of its classes."""
 
     text: str
     top_class: str
     classes: list[ClassifiedClass]
     labels: list[str] | None = None
+    in_scope_score: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="The share of the classifier's own held-out in-scope training texts that "
+        "score lower than this one: near 0, unlike anything it was trained on.",
+    )
+    out_of_scope: bool | None = Field(
+        default=None,
+        description="Whether the text is judged to belong to none of the classes: its "
+        "in_scope_score is below the classifier's rate (by default 0.02: about 2 % of "
+        "in-scope texts are rejected). top_class and classes are given all the same.",
+    )
 
 
 class Classification(CollectionResult):

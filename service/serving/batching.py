@@ -36,18 +36,29 @@ from trainer.encoder import shared_encoder
 from trainer.inference import LoadedModel
 
 Scores = list[tuple[str, float]]
-_Outcome = tuple["_Call", list[Scores] | BaseException]
+
+
+@dataclass(frozen=True)
+class Answered:
+    """Per text, every class (or the ``top`` ranked) with its confidence, highest first, and
+    its in-scope score (trainer.in_scope; None for a model without out-of-scope scoring)."""
+
+    scores: list[Scores]
+    in_scope: list[float] | None
+
+
+_Outcome = tuple["_Call", Answered | BaseException]
 
 
 @dataclass(frozen=True)
 class _Call:
     model: LoadedModel
     texts: Sequence[str]
-    future: asyncio.Future[list[Scores]]
+    future: asyncio.Future[Answered]
 
 
 class InferenceBatcher:
-    """``await batcher.classify(model, texts)``: the model's scores, computed on a serving thread."""
+    """``await batcher.classify(model, texts)``: the model's answers, computed on a serving thread."""
 
     def __init__(self, threads: int, *, max_texts: int = 256, top: int | None = None) -> None:
         self.max_texts = max_texts
@@ -59,9 +70,9 @@ class InferenceBatcher:
         for thread in self._threads:
             thread.start()
 
-    async def classify(self, model: LoadedModel, texts: Sequence[str]) -> list[Scores]:
-        """Per text, every class with its confidence, highest first."""
-        future: asyncio.Future[list[Scores]] = asyncio.get_running_loop().create_future()
+    async def classify(self, model: LoadedModel, texts: Sequence[str]) -> Answered:
+        """Per text, every class with its confidence, highest first, and its in-scope score."""
+        future: asyncio.Future[Answered] = asyncio.get_running_loop().create_future()
         self._calls.put(_Call(model, texts, future))
         return await future
 
@@ -102,13 +113,16 @@ class InferenceBatcher:
             embeddings = embedded.of(calls[0].model, texts)
             # a multi-label model's list holds every label it predicts, even beyond ``top``
             scores = calls[0].model.classify(texts, top=self.top, embeddings=embeddings)
+            in_scope = calls[0].model.in_scope_scores(scores, embeddings)
         except Exception as exc:  # the callers re-raise it, as if they had called the model
             return [(call, exc) for call in calls]
         outcomes: list[_Outcome] = []
         start = 0
         for call in calls:
-            outcomes.append((call, scores[start : start + len(call.texts)]))
-            start += len(call.texts)
+            end = start + len(call.texts)
+            texts_in_scope = None if in_scope is None else in_scope[start:end]
+            outcomes.append((call, Answered(scores[start:end], texts_in_scope)))
+            start = end
         return outcomes
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from service.core.errors import BadRequest, Conflict, NotFound, unavailable
 from service.core.models import ApiKey, Classifier, ClassifierStatus, ClassifierVersion, TenantQuota
 from service.core.text import has_surrogates
-from service.serving.batching import Scores
+from service.serving.batching import Answered, Scores
 from service.serving.model_cache import ModelCache
 from service.storage.store import ArtifactStore
 from trainer.errors import CheckpointCorrupt
@@ -96,16 +96,21 @@ UNIT_CHARS = 512  # characters of text (NFKC) that one unit of classify_rps cove
 class Classified:
     """Per text, every class with its confidence, highest first, and for a multi-label model the
     classes it predicts (``labels``; None per text for a single-label one, whose NLC reply has
-    no such field)."""
+    no such field); for a model with out-of-scope scoring, each text's in-scope score and the
+    rate below which it is out of scope (trainer.in_scope; None without)."""
 
     scores: list[Scores]
     labels: list[list[str] | None]
+    in_scope: list[float] | None = None
+    rate: float | None = None
 
 
-def classified(model: LoadedModel, scores: list[Scores]) -> Classified:
-    """``scores`` of ``model`` with its predicted labels."""
+def classified(model: LoadedModel, answered: Answered) -> Classified:
+    """``answered`` by ``model``, with its predicted labels or its out-of-scope rate."""
+    scores = answered.scores
     if not model.multi_label:
-        return Classified(scores, [None] * len(scores))
+        rate = model.in_scope.rate if model.in_scope is not None else None
+        return Classified(scores, [None] * len(scores), answered.in_scope, rate)
     return Classified(scores, [model.labels_of(text_scores) for text_scores in scores])
 
 

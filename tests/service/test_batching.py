@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.serving.batching import InferenceBatcher
+from service.serving.batching import Answered, InferenceBatcher
 from trainer.encoder import shared_encoder
 from trainer.encoder.registry import MINILM
 from trainer.inference import LoadedModel
@@ -28,7 +28,9 @@ class _Counting(LoadedModel):
 
 def _counting(model_dir: Path) -> _Counting:
     loaded = LoadedModel.load(model_dir)
-    model = _Counting(loaded.labels, loaded.featurizer, loaded.model, sentence=loaded.sentence)
+    model = _Counting(
+        loaded.labels, loaded.featurizer, loaded.model, sentence=loaded.sentence, in_scope=loaded.in_scope
+    )
     model.calls = []
     return model
 
@@ -36,20 +38,23 @@ def _counting(model_dir: Path) -> _Counting:
 def test_concurrent_calls_are_batched_and_answered_alike(tiny_model: Path) -> None:
     model = _counting(tiny_model)
     alone = [model.classify([text])[0] for text in TEXTS]
+    alone_in_scope = model.in_scope_scores(alone)
+    assert alone_in_scope is not None
     model.calls.clear()
     batcher = InferenceBatcher(1)
 
-    async def many() -> list[list[list[tuple[str, float]]]]:
+    async def many() -> list[Answered]:
         return await asyncio.gather(*(batcher.classify(model, [t]) for t in TEXTS * 50))
 
     try:
         results = asyncio.run(many())
     finally:
         batcher.close()
-    for text_scores, expected in zip(results, alone * 50, strict=True):
-        [scores] = text_scores
+    for answered, expected, in_scope in zip(results, alone * 50, alone_in_scope * 50, strict=True):
+        [scores] = answered.scores
         assert [name for name, _ in scores] == [name for name, _ in expected]
         assert [c for _, c in scores] == pytest.approx([c for _, c in expected], abs=1e-6)
+        assert answered.in_scope == pytest.approx([in_scope], abs=1e-6)
     assert sum(model.calls) == 200
     assert len(model.calls) < 200, f"no call was batched: {model.calls[:10]}..."
 
@@ -62,21 +67,26 @@ def test_tenants_encoder_models_share_one_encoder_call_per_batch(encoder_model: 
     second.labels = [f"other-{label}" for label in second.labels]
     encoder = shared_encoder(MINILM.name)
     alone = [first.classify([text])[0] for text in TEXTS]
+    alone_in_scope = first.in_scope_scores(alone, first.embed(TEXTS))
+    assert alone_in_scope is not None
     calls, texts = encoder.calls, encoder.texts
     first.calls.clear()
     batcher = InferenceBatcher(1)
 
-    async def both() -> list[list[list[tuple[str, float]]]]:
+    async def both() -> list[Answered]:
         return await asyncio.gather(*(batcher.classify(m, [t]) for t in TEXTS * 20 for m in (first, second)))
 
     try:
         results = asyncio.run(both())
     finally:
         batcher.close()
-    for n, [scores] in enumerate(results):
+    for n, answered in enumerate(results):
+        [scores] = answered.scores
         expected = alone[(n // 2) % len(TEXTS)]
         assert [name.removeprefix("other-") for name, _ in scores] == [name for name, _ in expected]
         assert [c for _, c in scores] == pytest.approx([c for _, c in expected], abs=1e-5)
+        # the nearest training text's cosine, from the shared encoder's embedding of the text
+        assert answered.in_scope == pytest.approx([alone_in_scope[(n // 2) % len(TEXTS)]], abs=1e-4)
     model_calls = len(first.calls) + len(second.calls)
     assert encoder.calls - calls < model_calls, "each model encoded its own texts"
     assert encoder.texts - texts <= len(TEXTS) * (encoder.calls - calls)  # a text once a batch
@@ -87,17 +97,17 @@ def test_calls_on_different_models_do_not_mix(tiny_model: Path) -> None:
     second.labels = [f"other-{label}" for label in second.labels]
     batcher = InferenceBatcher(2)
 
-    async def both() -> list[list[list[tuple[str, float]]]]:
+    async def both() -> list[Answered]:
         return await asyncio.gather(*(batcher.classify(m, TEXTS) for m in (first, second) * 10))
 
     try:
         results = asyncio.run(both())
     finally:
         batcher.close()
-    for n, per_text in enumerate(results):
+    for n, answered in enumerate(results):
         prefix = "other-" if n % 2 else ""
-        assert len(per_text) == len(TEXTS)
-        assert all(name.startswith(prefix) for scores in per_text for name, _ in scores)
+        assert len(answered.scores) == len(TEXTS)
+        assert all(name.startswith(prefix) for scores in answered.scores for name, _ in scores)
 
 
 def test_a_failing_model_fails_only_its_own_callers(tiny_model: Path) -> None:
@@ -118,7 +128,7 @@ def test_a_failing_model_fails_only_its_own_callers(tiny_model: Path) -> None:
         outcomes = asyncio.run(mixed())
     finally:
         batcher.close()
-    assert all(isinstance(o, list) for o in outcomes[::2])
+    assert all(isinstance(o, Answered) for o in outcomes[::2])
     assert all(isinstance(o, RuntimeError) and "on fire" in str(o) for o in outcomes[1::2])
 
 
@@ -136,7 +146,7 @@ def test_a_caller_that_goes_away_does_not_disturb_the_others(tiny_model: Path) -
     finally:
         batcher.close()
     assert isinstance(outcomes[0], asyncio.CancelledError)
-    assert all(isinstance(o, list) and len(o) == len(TEXTS) for o in outcomes[1:])
+    assert all(isinstance(o, Answered) and len(o.scores) == len(TEXTS) for o in outcomes[1:])
 
 
 class _Held(LoadedModel):

@@ -25,6 +25,7 @@ from trainer.encoder.registry import MINILM
 from trainer.inference import LoadedModel
 
 pytestmark = pytest.mark.dialect_neutral
+OUT_OF_SCOPE_FIELDS = ("in_scope_score", "out_of_scope")  # taas's extension, which NLC's SDK ignores
 
 
 def test_classify_answers_nlc_shape_with_confidences_summing_to_one(
@@ -36,7 +37,7 @@ def test_classify_answers_nlc_shape_with_confidences_summing_to_one(
 
     assert reply.status_code == 200, reply.text
     body = reply.json()
-    assert set(body) == {"classifier_id", "url", "text", "top_class", "classes"}
+    assert set(body) == {"classifier_id", "url", "text", "top_class", "classes", *OUT_OF_SCOPE_FIELDS}
     confidences = [c["confidence"] for c in body["classes"]]
     assert {c["class_name"] for c in body["classes"]} == set(WEATHER)
     assert confidences == sorted(confidences, reverse=True)
@@ -94,7 +95,55 @@ def test_classify_collection_answers_each_text(client: TestClient, tenant: Any, 
     assert reply.status_code == 200, reply.text
     collection = reply.json()["collection"]
     assert [item["text"] for item in collection] == texts
-    assert all(set(item) == {"text", "top_class", "classes"} for item in collection)
+    assert all(set(item) == {"text", "top_class", "classes", *OUT_OF_SCOPE_FIELDS} for item in collection)
+
+
+def test_classify_says_which_texts_belong_to_none_of_the_classes(
+    client: TestClient, tenant: Any, available: str, tiny_model: Path
+) -> None:
+    texts = ["is it cold outside today", "will it rain", "book me a flight to Lisbon", "xqzv plomk"]
+    model = LoadedModel.load(tiny_model)
+    expected = model.in_scope_scores(model.classify(texts))
+
+    reply = client.post(
+        f"/v1/classifiers/{available}/classify_collection",
+        json={"collection": [{"text": t} for t in texts]},
+        headers=tenant.headers,
+    )
+
+    assert reply.status_code == 200, reply.text
+    collection = reply.json()["collection"]
+    scores = [item["in_scope_score"] for item in collection]
+    assert scores == pytest.approx(expected)
+    assert min(scores[:2]) > max(scores[2:])  # ten training rows: ordered, though not below 2 %
+    assert model.in_scope is not None
+    assert [item["out_of_scope"] for item in collection] == [s < model.in_scope.rate for s in scores]
+    assert all(item["top_class"] in WEATHER for item in collection)  # NLC's answer, all the same
+
+
+def test_a_model_trained_before_out_of_scope_detection_answers_as_before(
+    client: TestClient,
+    tenant: Any,
+    create_classifier: Callable[..., Any],
+    session: Session,
+    store: ArtifactStore,
+    tiny_model: Path,
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "old-model"
+    shutil.copytree(tiny_model, old)
+    meta = json.loads((old / "model.json").read_text())
+    del meta["in_scope"]
+    (old / "model.json").write_text(json.dumps(meta))
+    cid = create_classifier(tenant).json()["classifier_id"]
+    make_available(session, store, tenant.id, cid, old)
+
+    reply = client.post(
+        f"/v1/classifiers/{cid}/classify", json={"text": "will it rain"}, headers=tenant.headers
+    )
+
+    assert reply.status_code == 200, reply.text
+    assert set(reply.json()) == {"classifier_id", "url", "text", "top_class", "classes"}
 
 
 def test_classify_by_query_answers_as_the_json_body_does(

@@ -90,6 +90,10 @@ def reply_json(
         _result(text, scores, labels)
         for text, scores, labels in zip(texts, classified.scores, classified.labels, strict=True)
     ]
+    if classified.in_scope is not None and classified.rate is not None:
+        for result, score in zip(results, classified.in_scope, strict=True):
+            result["in_scope_score"] = score
+            result["out_of_scope"] = score < classified.rate
     reply: dict[str, object]
     if isinstance(body, ClassifyInput):
         reply = {**results[0], "classifier_id": classifier_id, "url": url}

@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.invalidations.start()
         app.state.redis = connect(settings.redis_url) if settings.redis_url else None  # ops, workers
         app.state.metrics = metrics
+        app.state.out_of_scope = metrics.out_of_scope  # what classify replies count into
         metrics.watch_platform(app.state.sessions, app.state.redis)
         try:
             yield

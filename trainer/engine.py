@@ -396,6 +396,8 @@ def _train(
         if cross_fit and not prepared.multi_label and evaluated_on != "training"
         else None
     )
+    if in_scope is not None:  # what the version's out-of-scope decision is, beside its metrics
+        metrics["out_of_scope"] = {"rate": in_scope.rate, "neighbour_weight": in_scope.neighbour_weight}
     session.report("saving")
     state.train_seconds += time.monotonic() - session.accounted
     epochs = min(state.epoch - 1, prepared.max_epochs)

@@ -163,9 +163,8 @@ class FastClassify:
         except TaasError:
             return None
         answered = await models.inference.classify(model, texts)
-        return classify.reply_json(
-            Request(scope), classifier_id, body, texts, classifying.classified(model, answered)
-        )
+        classified = classifying.classified(model, answered)
+        return classify.reply_json(Request(scope), classifier_id, body, texts, classified, state.out_of_scope)
 
 
 class _Stalled(Exception):

@@ -27,7 +27,7 @@ from service.client.dataset_report import dataset_sections
 from service.client.errors import ClientError
 from service.client.follow import settle
 from service.client.paths import segments
-from service.client.shell import shell
+from service.client.shell import in_scope_cell, shell
 from service.client.terminal import (
     JSON_LIST_OPTION,
     JSON_OPTION,
@@ -211,13 +211,16 @@ def classify(
 
 def results_table(results: list[dict[str, Any]]) -> Table:
     """classify's table: each text's top class and confidence, and for a multi-label model the
-    classes it predicts (its results' ``labels``)."""
+    classes it predicts (its results' ``labels``), for one with out-of-scope detection whether
+    the text is in scope and its score."""
     multi_label = any("labels" in result for result in results)
-    table = new_table("text", "top class", "confidence", *(["labels"] if multi_label else []))
+    scoped = any("in_scope_score" in result for result in results)
+    columns = ["labels"] if multi_label else ["in scope"] if scoped else []
+    table = new_table("text", "top class", "confidence", *columns)
     for result in results:
-        labels = [", ".join(result["labels"])] if multi_label else []
+        extra = [", ".join(result["labels"])] if multi_label else [in_scope_cell(result)] if scoped else []
         table.add_row(
-            result["text"], result["top_class"], f"{result['classes'][0]['confidence']:.3f}", *labels
+            result["text"], result["top_class"], f"{result['classes'][0]['confidence']:.3f}", *extra
         )
     return table
 

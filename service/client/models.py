@@ -83,12 +83,15 @@ class ClassifiedClass(TypedDict):
 
 class ClassifiedText(TypedDict):
     """One text's classification: its ten most confident classes, highest first; a multi-label
-    classifier's adds ``labels``, the classes it predicts."""
+    classifier's adds ``labels``, the classes it predicts; a single-label one trained with
+    out-of-scope detection ``in_scope_score`` and ``out_of_scope``."""
 
     text: str
     top_class: str
     classes: list[ClassifiedClass]
     labels: NotRequired[list[str]]
+    in_scope_score: NotRequired[float]
+    out_of_scope: NotRequired[bool]
 
 
 class Classification(ClassifiedText):

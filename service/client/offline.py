@@ -21,7 +21,9 @@ def is_bundle(argument: str) -> bool:
 
 def classify(bundle: Path, texts: list[str]) -> list[dict[str, Any]]:
     """Per text, ``{"text", "top_class", "classes": [{"class_name", "confidence"}]}`` (highest
-    first), and for a multi-label model ``labels``."""
+    first), and for a multi-label model ``labels``; for a model with out-of-scope detection
+    ``in_scope_score`` and ``out_of_scope`` at the model's own rate (a classifier's override of
+    the rate is the service's, not the bundle's)."""
     from trainer.errors import TrainerError
     from trainer.inference import LoadedModel
 
@@ -29,8 +31,11 @@ def classify(bundle: Path, texts: list[str]) -> list[dict[str, Any]]:
         model = LoadedModel.load(bundle)
     except TrainerError as exc:  # BundleInvalid, CheckpointCorrupt
         raise ClientError(f"{bundle}: {exc}") from None
+    embeddings = model.embed(texts)  # once for both (None: an n-gram model)
+    answers = model.classify(texts, embeddings=embeddings)
+    in_scope = model.in_scope_scores(answers, embeddings)
     results: list[dict[str, Any]] = []
-    for text, ranked in zip(texts, model.classify(texts), strict=True):
+    for number, (text, ranked) in enumerate(zip(texts, answers, strict=True)):
         result: dict[str, Any] = {
             "text": text,
             "top_class": ranked[0][0],
@@ -38,5 +43,8 @@ def classify(bundle: Path, texts: list[str]) -> list[dict[str, Any]]:
         }
         if model.multi_label:  # as the API answers: the classes it predicts
             result["labels"] = model.labels_of(ranked)
+        if in_scope is not None and model.in_scope is not None:
+            result["in_scope_score"] = in_scope[number]
+            result["out_of_scope"] = in_scope[number] < model.in_scope.rate
         results.append(result)
     return results

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -99,4 +100,14 @@ def answer_table(answer: ClassifiedText, top: int, *, echo: bool) -> Table:
         table.add_row(f"  {scored['class_name']}", f"{scored['confidence']:.3f}")
     if "labels" in answer:
         table.add_row("  labels", ", ".join(answer["labels"]))
+    if "in_scope_score" in answer:
+        table.add_row("  in scope", in_scope_cell(answer))
     return table
+
+
+def in_scope_cell(result: Mapping[str, Any]) -> str:
+    """Whether a classify result is in scope, with its score: ``yes 0.731``, or ``NO 0.004``
+    for a text the classifier judged to be of none of its classes."""
+    if "in_scope_score" not in result:
+        return ""
+    return f"{'NO' if result.get('out_of_scope') else 'yes'} {result['in_scope_score']:.3f}"

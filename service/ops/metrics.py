@@ -8,7 +8,10 @@ Two kinds, so that a request never pays for the database:
   ``taas_classify_latency_seconds``;
 * **per process, at scrape time** (:class:`_EncoderCollector`): each shared sentence encoder
   this process has loaded, its resident bytes and the calls and texts it has encoded
-  (``taas_encoder_*``: a classify batch of several tenants' texts is one call);
+  (``taas_encoder_*``: a classify batch of several tenants' texts is one call); and per
+  classifier the texts answered with an out-of-scope decision and those judged out of scope
+  (:class:`_OutOfScopeCollector`, ``taas_classify_scoped_texts`` and
+  ``taas_classify_out_of_scope_texts``, counted by service.serving.out_of_scope_counts);
 * **at scrape time** (:class:`_PlatformCollector`): queue depth, jobs by state, and for jobs
   training now or ended within the last 5 minutes (``SERIES_AFTER_END``) their samples/s,
   parameter-server counters and staleness histogram (their progress read only when their row
@@ -38,6 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.core.models import JobState, utcnow
 from service.ops import observe
+from service.serving.out_of_scope_counts import OutOfScopeCounts
 from service.training.worker_registry import WorkerInfo, WorkerRegistry
 from trainer.encoder import loaded_encoders
 
@@ -82,6 +86,8 @@ class Metrics:
         self._platform = _PlatformCollector()
         self.registry.register(self._platform)
         self.registry.register(_EncoderCollector())
+        self.out_of_scope = OutOfScopeCounts()  # classify replies count into it
+        self.registry.register(_OutOfScopeCollector(self.out_of_scope))
 
     def watch_platform(self, sessions: sessionmaker[Session] | None, client: redis.Redis | None) -> None:
         """Read the scrape-time series from the database behind ``sessions`` and the worker
@@ -167,6 +173,33 @@ class _EncoderCollector(Collector):
             calls.add_metric([name], encoder.calls)
             texts.add_metric([name], encoder.texts)
         yield from (resident, calls, texts)
+
+
+class _OutOfScopeCollector(Collector):
+    """Per classifier, the texts classify answered with an out-of-scope decision, and of those
+    the ones judged out of scope (none until a reply of a model with the decision)."""
+
+    def __init__(self, counts: OutOfScopeCounts) -> None:
+        self.counts = counts
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        answered = CounterMetricFamily(
+            "taas_classify_scoped_texts",
+            "Texts this process classified with an in-scope score, by classifier.",
+            labels=["classifier_id"],
+        )
+        out_of_scope = CounterMetricFamily(
+            "taas_classify_out_of_scope_texts",
+            "Texts this process judged out of scope (in none of the classes), by classifier.",
+            labels=["classifier_id"],
+        )
+        for classifier_id, texts, out in self.counts.snapshot():
+            answered.add_metric([classifier_id], texts)
+            out_of_scope.add_metric([classifier_id], out)
+        yield from (answered, out_of_scope)
 
 
 class _PlatformCollector(Collector):

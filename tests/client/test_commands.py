@@ -77,6 +77,7 @@ def test_admin_and_tenant_work_through_the_client(
     assert offline[0]["classes"][0]["confidence"] == pytest.approx(
         one[0]["classes"][0]["confidence"], abs=1e-6
     )  # type: ignore[index]
+    assert set(offline[0]) == set(one[0])  # type: ignore[arg-type, index]
     (tmp_path / "junk.taas").write_bytes(b"not a bundle")
     junk = taas("classify", str(tmp_path / "junk.taas"), "hello")
     assert (

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from click.testing import Result
 from rich.console import Console
@@ -90,6 +91,28 @@ def test_shell_classifies_each_line_and_goes_on_after_a_refused_text(
     answers = [json.loads(line) for line in lines.stdout.splitlines()]
     assert [a["text"] for a in answers] == ["is it cold outside", "will it rain"]
     assert answers[0]["top_class"] == "temperature" and 0 < answers[0]["classes"][0]["confidence"] <= 1
+    assert "in scope" in shown.stdout and answers[0]["out_of_scope"] is False
+
+
+def test_classify_shows_which_texts_are_out_of_scope_online_and_from_a_bundle(
+    taas: Callable[..., Result], live: Live, tmp_path: Path
+) -> None:
+    weather = live.available("weather")
+    taas("login", live.url, live.key)
+    bundle = tmp_path / "weather.taas"
+    bundle.write_bytes(
+        httpx.get(f"{live.url}/v1/classifiers/{weather}/bundle", headers={"X-API-Key": live.key}).content
+    )
+    texts = ["is it cold outside", "?!"]  # the second has no word: no training text was like it
+
+    online = _json(taas("classify", "weather", *texts, "--json"))
+    offline = _json(taas("classify", str(bundle), *texts, "--json"))
+    table = taas("classify", "weather", *texts)
+
+    assert [a["out_of_scope"] for a in online] == [False, True]
+    assert [a["out_of_scope"] for a in offline] == [False, True]
+    assert [a["in_scope_score"] for a in offline] == pytest.approx([a["in_scope_score"] for a in online])
+    assert "in scope" in table.stdout and "NO 0.000" in table.stdout and "yes " in table.stdout
 
 
 def test_shell_refuses_a_classifier_that_cannot_answer_yet(taas: Callable[..., Result], live: Live) -> None:

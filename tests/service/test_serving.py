@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from service.api.routes.classify import CLASSES_SHOWN
 from service.serving.model_cache import ModelCache
 from service.storage.store import ArtifactStore
+from tests.conftest import METRICS_HEADERS
 from tests.service.helpers import WEATHER, make_available, train_tiny_model
 from trainer.encoder import shared_encoder
 from trainer.encoder.registry import MINILM
@@ -101,7 +102,7 @@ def test_classify_collection_answers_each_text(client: TestClient, tenant: Any, 
 def test_classify_says_which_texts_belong_to_none_of_the_classes(
     client: TestClient, tenant: Any, available: str, tiny_model: Path
 ) -> None:
-    texts = ["is it cold outside today", "will it rain", "book me a flight to Lisbon", "xqzv plomk"]
+    texts = ["is it cold outside today", "will it rain", "book me a flight to Lisbon", "xqzv plomk", "?!"]
     model = LoadedModel.load(tiny_model)
     expected = model.in_scope_scores(model.classify(texts))
 
@@ -115,9 +116,20 @@ def test_classify_says_which_texts_belong_to_none_of_the_classes(
     collection = reply.json()["collection"]
     scores = [item["in_scope_score"] for item in collection]
     assert scores == pytest.approx(expected)
-    assert min(scores[:2]) > max(scores[2:])  # ten training rows: ordered, though not below 2 %
+    # ten training rows: the texts of other things are ranked below, though not below 2 %; a
+    # text without a word is answered by the classes' prior alone, as no training text was
+    assert min(scores[:2]) > max(scores[2:])
     assert model.in_scope is not None
     assert [item["out_of_scope"] for item in collection] == [s < model.in_scope.rate for s in scores]
+    assert collection[-1]["out_of_scope"] is True
+    # the model now cached, one more text is answered before routing (service.api.fast_classify)
+    again = client.post(f"/v1/classifiers/{available}/classify", json={"text": "?!"}, headers=tenant.headers)
+    assert again.json()["out_of_scope"] is True
+    # /metrics counts them by classifier, from either path
+    metrics = client.get("/metrics", headers=METRICS_HEADERS).text
+    assert f'taas_classify_scoped_texts_total{{classifier_id="{available}"}} 6.0' in metrics
+    rejected = sum(item["out_of_scope"] for item in collection) + 1
+    assert f'taas_classify_out_of_scope_texts_total{{classifier_id="{available}"}} {rejected:.1f}' in metrics
     assert all(item["top_class"] in WEATHER for item in collection)  # NLC's answer, all the same
 
 

@@ -86,6 +86,7 @@ def test_a_trained_classifier_scores_texts_of_none_of_its_classes_out_of_scope(m
     meta = json.loads((model_dir / META_FILE).read_text())
     assert len(meta["in_scope"]["quantiles"]) == QUANTILES
     assert meta["hparams"]["in_scope_rate"] == 0.02
+    assert meta["metrics"]["out_of_scope"] == {"rate": 0.02, "neighbour_weight": 0.0}  # n-grams: none
 
 
 def test_a_multi_label_classifier_has_no_in_scope_score(tmp_path: Path, quick_hparams: HParams) -> None:

@@ -25,6 +25,7 @@ from service.api.schemas import (
 from service.core.errors import BadRequest
 from service.core.settings import Settings
 from service.serving import classifying
+from service.serving.out_of_scope_counts import OutOfScopeCounts
 
 _JSON = "application/json"
 # NLC v1 answered with at most ten classes, the most confident first (its SDK's models say "up
@@ -80,20 +81,24 @@ def reply_json(
     body: ClassifyBody,
     texts: list[str],
     classified: classifying.Classified,
+    counts: OutOfScopeCounts,
 ) -> bytes:
     """The reply to ``body``, :class:`Classification` or :class:`ClassificationCollection`
     (shared with :mod:`service.api.fast_classify`). Written directly: it is built from the
     models' own fields, and building and re-validating pydantic models would cost most of a
-    cached call."""
+    cached call. ``counts``: the app's, which the texts' out-of-scope decisions are counted in."""
     url = _url(request, classifier_id)
     results = [
         _result(text, scores, labels)
         for text, scores, labels in zip(texts, classified.scores, classified.labels, strict=True)
     ]
     if classified.in_scope is not None and classified.rate is not None:
+        rejected = 0
         for result, score in zip(results, classified.in_scope, strict=True):
             result["in_scope_score"] = score
             result["out_of_scope"] = score < classified.rate
+            rejected += score < classified.rate
+        counts.add(classifier_id, len(results), rejected)
     reply: dict[str, object]
     if isinstance(body, ClassifyInput):
         reply = {**results[0], "classifier_id": classifier_id, "url": url}
@@ -115,7 +120,8 @@ async def _answer(request: Request, target: ServingTarget, body: ClassifyBody) -
         texts,
         still_exists=target.still_exists,
     )
-    return Response(reply_json(request, target.classifier.id, body, texts, classified), media_type=_JSON)
+    reply = reply_json(request, target.classifier.id, body, texts, classified, request.app.state.out_of_scope)
+    return Response(reply, media_type=_JSON)
 
 
 def _result(text: str, scores: classifying.Scores, labels: list[str] | None) -> dict[str, object]:

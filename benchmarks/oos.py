@@ -29,7 +29,8 @@ One row per dataset and system: ``auroc`` (in-scope against out-of-scope by the 
 no threshold), and at the threshold ``mcc`` (HINT3's: scikit-learn's multi-class MCC with a
 rejected text labelled ``oos``), ``oos_recall``, ``oos_precision``, ``in_scope_accuracy``
 (in-scope rows given their class and not rejected), ``in_scope_accuracy_lost`` (against no
-threshold); then ``best_mcc`` at the best threshold in hindsight (what the hint3 SOURCE.md's
+threshold), ``in_scope_rejected`` (the share of in-scope rows rejected, right or wrong: what
+the rate promises); then ``best_mcc`` at the best threshold in hindsight (what the hint3 SOURCE.md's
 published figures are) and the ``threshold``. Leave-classes-out rows are means over repeats.
 """
 
@@ -108,6 +109,7 @@ def measure(truth: list[str], predicted: list[str], confidence: np.ndarray, thre
         "oos_precision": float((~in_scope[rejected]).mean()) if rejected.any() else 0.0,
         "in_scope_accuracy": in_scope_accuracy,
         "in_scope_accuracy_lost": float((predicted_a == truth_a)[in_scope].mean()) - in_scope_accuracy,
+        "in_scope_rejected": float(rejected[in_scope].mean()),
         "best_mcc": max(
             float(matthews_corrcoef(truth_a, np.where(confidence < t, OOS, predicted_a)))
             for t in [0.0, *np.unique(confidence)]
@@ -161,8 +163,9 @@ def run_taas(hparams: HParams, vectors: SentenceVectors | None, case: Case, rate
         )
         model = LoadedModel.load(Path(tmp) / "m")
     embeddings = None if vectors is None else vectors.of(case.scored.texts)
-    ranked = model.classify(case.scored.texts, top=1, embeddings=embeddings)
-    scores = model.in_scope_scores(ranked, embeddings)
+    probabilities = model.probabilities(case.scored.texts, embeddings)
+    ranked = model.rank(probabilities, top=1)
+    scores = model.in_scope_scores(probabilities, embeddings)
     assert scores is not None, "a single-label model trained now has an in-scope score"
     return measure(case.scored.labels, [r[0][0] for r in ranked], np.asarray(scores), rate)
 

@@ -31,8 +31,8 @@ from typing import IO, Any
 
 from trainer.encoder import EncoderUnavailable
 from trainer.errors import TrainerError
-from trainer.inference import META_FILE, WEIGHTS_FILE, check_encoder, parse_metadata
-from trainer.sentence_features import SentenceInput
+from trainer.inference import META_FILE, WEIGHTS_FILE, parse_metadata
+from trainer.sentence_features import SentenceInput, check_encoder
 
 FORMAT = "taas-model-bundle/1"
 MANIFEST = "manifest.json"

@@ -18,6 +18,9 @@ import numpy as np
 from trainer.errors import InvalidTrainingData
 
 HEADER = ("text", "label")
+# The reserved class of a tenant's examples of text that belongs to none of its classes: a
+# single-label model learns them as negatives and never answers with it (trainer.in_scope).
+OUT_OF_SCOPE_CLASS = "__out_of_scope__"
 MAX_TEXT_CHARS = 4096
 
 
@@ -138,6 +141,22 @@ def check_trainable(data: LabelledData | MultiLabelData) -> None:
         raise InvalidTrainingData(0, "the training data has no examples")
     if len(data.classes) < 2:
         raise InvalidTrainingData(0, "the training data needs at least two classes")
+
+
+def check_negatives(data: LabelledData, multi_label: bool) -> None:
+    """Raise InvalidTrainingData(0, ...) if the data has OUT_OF_SCOPE_CLASS examples and is
+    to train a ``multi_label`` model, or has fewer than two classes besides them (a
+    classifier's whole data; a cross-fitting fold may hold one class and the examples)."""
+    if OUT_OF_SCOPE_CLASS not in data.classes:
+        return
+    if multi_label:
+        raise InvalidTrainingData(
+            0, f"{OUT_OF_SCOPE_CLASS} (examples of out-of-scope text) is for single-label classifiers only"
+        )
+    if len(data.classes) < 3:
+        raise InvalidTrainingData(
+            0, f"the training data needs at least two classes besides {OUT_OF_SCOPE_CLASS}"
+        )
 
 
 def stratified_split(labels: list[str], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

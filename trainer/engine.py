@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from trainer import checkpoint as ckpt
-from trainer.data import LabelledData, check_trainable
+from trainer.data import LabelledData, check_negatives, check_trainable
 from trainer.encoder import SentenceEncoder
 from trainer.errors import (
     CheckpointCorrupt,
@@ -150,7 +150,8 @@ def train(
     at its committed cursor; if it died while applying, the session restarts from the last
     checkpoint. A training that diverges starts over at half the learning rate, up to
     MAX_DIVERGENCE_RETRIES times (_train_steadied). Raises InvalidTrainingData (no examples,
-    fewer than two classes), NonFiniteLoss or WeightsOutOfBounds (it diverged at every rate),
+    fewer than two classes, or out-of-scope examples in multi-label data or beside one class),
+    NonFiniteLoss or WeightsOutOfBounds (it diverged at every rate),
     CheckpointCorrupt (checkpoint files exist, none usable), TrainerError (learners < 0, the
     workdir's checkpoint is of other data, learners kept dying, no CUDA).
 
@@ -165,6 +166,7 @@ def train(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
         raise TrainerError(f"device {device!r} is not available here")
+    check_negatives(data, multi_label)
     if vectors is None and encoder is not None:
         vectors = sentence_vectors(encoder, data, Path(workdir), hparams, learners, on_progress, should_stop)
     with _single_threaded(), forgetting_freed_storages():
@@ -392,8 +394,11 @@ def _train(
     )
     metrics["model"] = describe_model(prepared.sentence)
     in_scope = (
-        in_scope_scoring(data, held_rows, logits, temperature, hparams, vectors)
-        if cross_fit and not prepared.multi_label and evaluated_on != "training"
+        in_scope_scoring(data, prepared.labels, held_rows, logits, temperature, hparams, vectors)
+        if cross_fit
+        and not prepared.multi_label
+        and isinstance(data, LabelledData)
+        and evaluated_on != "training"
         else None
     )
     if in_scope is not None:  # what the version's out-of-scope decision is, beside its metrics

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.calibration import calibrate, top1_ece
-from trainer.data import stratified_folds
+from trainer.data import OUT_OF_SCOPE_CLASS, LabelledData, stratified_folds
 from trainer.evaluate import (
     DEFAULT_THRESHOLD,
     choose_threshold,
@@ -213,7 +213,8 @@ def final_metrics(
 
 
 def in_scope_scoring(
-    data: TrainingData,
+    data: LabelledData,
+    labels: list[str],
     rows: np.ndarray,
     logits: np.ndarray,
     temperature: float,
@@ -221,15 +222,20 @@ def in_scope_scoring(
     vectors: SentenceVectors | None,
 ) -> InScope:
     """A single-label model's out-of-scope scoring (trainer.in_scope) from the held-out
-    ``logits`` of ``data``'s ``rows``; its neighbours are the distinct texts of ``data`` (not
-    every text ``vectors`` holds: a caller may have encoded others with them)."""
+    ``logits`` of ``data``'s ``rows`` (columns: ``labels``), its out-of-scope examples
+    (OUT_OF_SCOPE_CLASS) left out; its neighbours are the distinct in-scope texts of ``data``
+    (not every text ``vectors`` holds: a caller may have encoded others with them)."""
+    in_scope = np.array([label != OUT_OF_SCOPE_CLASS for label in data.labels])
+    held = in_scope[rows]
     neighbours, own = None, None
     if vectors is not None:
-        distinct, inverse = np.unique([vectors.index[text] for text in data.texts], return_inverse=True)
-        neighbours, own = vectors.matrix[distinct], inverse[rows]
-    return fit_in_scope(
-        logits, temperature, neighbours, own, hparams.in_scope_rate, hparams.in_scope_neighbour_weight
-    )
+        texts = [vectors.index[text] for text, kept in zip(data.texts, in_scope, strict=True) if kept]
+        distinct, inverse = np.unique(texts, return_inverse=True)
+        position = np.cumsum(in_scope) - 1  # a row's place among the in-scope rows
+        neighbours, own = vectors.matrix[distinct], inverse[position[rows[held]]]
+    negatives = labels.index(OUT_OF_SCOPE_CLASS) if OUT_OF_SCOPE_CLASS in labels else None
+    rate, weight = hparams.in_scope_rate, hparams.in_scope_neighbour_weight
+    return fit_in_scope(logits[held], temperature, negatives, neighbours, own, rate, weight)
 
 
 def multilabel_metrics(

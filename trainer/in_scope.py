@@ -18,6 +18,13 @@ and, at half weight, cost nothing on trec50's question types (docs/experiments/o
 A held-out row's nearest text is the nearest other distinct training text: at serving time
 every training text is a neighbour.
 
+A tenant with examples of irrelevant text trains them under the reserved class
+``OUT_OF_SCOPE_CLASS``: the model learns it as a class, which takes probability from the
+others on texts like them, but never answers with it (``without_negatives``). Its examples are
+not in-scope rows: they are left out of the held-out rows and of the nearest texts, the
+confidence is the top in-scope class's probability before the others are renormalised, and a
+text whose most probable class is the reserved one scores 0.
+
 In a model directory: ``model.json``'s ``"in_scope"`` (the standardisation, the weight, the
 default rate, the held-out raw scores' quantiles) and, for an encoder model, the distinct
 training texts' embeddings as ``weights.pt``'s ``"in_scope.neighbours"`` (float16). A model
@@ -148,21 +155,40 @@ def nearest_cosines(
     return nearest
 
 
+def top_confidences(probabilities: np.ndarray, negatives: int | None) -> np.ndarray:
+    """Per row of class probabilities, the top in-scope class's (``negatives``: the column of
+    OUT_OF_SCOPE_CLASS, or None)."""
+    if negatives is None:
+        return probabilities.max(axis=1)
+    return np.delete(probabilities, negatives, axis=1).max(axis=1)
+
+
+def without_negatives(probabilities: np.ndarray, negatives: int) -> np.ndarray:
+    """Class probabilities without OUT_OF_SCOPE_CLASS's column (``negatives``), each row
+    renormalised to sum to 1 (uniform where the reserved class took every bit of it)."""
+    kept = np.delete(probabilities, negatives, axis=1)
+    sums = kept.sum(axis=1, keepdims=True)
+    uniform = np.full_like(kept, 1.0 / max(kept.shape[1], 1))
+    return np.divide(kept, sums, out=uniform, where=sums > 0)
+
+
 def fit_in_scope(
     logits: np.ndarray,
     temperature: float,
+    negatives: int | None,
     neighbours: np.ndarray | None,
     own: np.ndarray | None,
     rate: float,
     neighbour_weight: float,
 ) -> InScope:
-    """The scoring of a classifier from its held-out rows: their logits (before
-    ``temperature``, -inf for a class their model never saw) and, for an encoder model, every
-    distinct training text's embedding (``neighbours``) with each held-out row's own text
-    among them (``own``, its row index)."""
+    """The scoring of a classifier from its in-scope held-out rows: their logits (before
+    ``temperature``, -inf for a class their model never saw; ``negatives``: the column of
+    OUT_OF_SCOPE_CLASS, or None) and, for an encoder model, every distinct in-scope training
+    text's embedding (``neighbours``) with each held-out row's own text among them (``own``,
+    its row index)."""
     z = np.asarray(logits, dtype=np.float64) / temperature
-    z = z - z.max(axis=1, keepdims=True)
-    confidences = 1.0 / np.exp(z).sum(axis=1)  # the top class's softmax
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    confidences = top_confidences(z / z.sum(axis=1, keepdims=True), negatives)
     confidence_mean, confidence_std = _standardisation(confidences)
     raw = (confidences - confidence_mean) / confidence_std
     stored, neighbour_mean, neighbour_std, weight = None, 0.0, 1.0, 0.0

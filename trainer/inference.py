@@ -33,13 +33,20 @@ import torch
 import torch.nn.functional as F
 
 from trainer.checkpoint import write_atomic
-from trainer.encoder import EncoderUnavailable, shared_encoder
+from trainer.data import OUT_OF_SCOPE_CLASS
+from trainer.encoder import shared_encoder
 from trainer.errors import CheckpointCorrupt, WeightsOutOfBounds
 from trainer.evaluate import decide
 from trainer.features import DEFAULT_CACHE_BYTES, Bags, Featurizer, FeaturizerConfig
-from trainer.in_scope import NEIGHBOURS, InScope, load_in_scope
+from trainer.in_scope import (
+    NEIGHBOURS,
+    InScope,
+    load_in_scope,
+    top_confidences,
+    without_negatives,
+)
 from trainer.model import ModelConfig, TextClassifier
-from trainer.sentence_features import SentenceInput
+from trainer.sentence_features import SentenceInput, check_encoder
 from trainer.weight_bounds import out_of_bounds, stores_every_value
 
 FORMAT = "taas-text-classifier/1"
@@ -257,6 +264,10 @@ class LoadedModel:
     ) -> None:
         self.labels = labels
         self.in_scope = in_scope
+        # a single-label model trained with out-of-scope examples: their class's column, and the
+        # classes it answers with (trainer.in_scope)
+        self.negatives = labels.index(OUT_OF_SCOPE_CLASS) if OUT_OF_SCOPE_CLASS in labels else None
+        self.classes = [label for label in labels if label != OUT_OF_SCOPE_CLASS]
         self.threshold = threshold
         self.featurizer = featurizer
         self.sentence = sentence
@@ -408,11 +419,19 @@ class LoadedModel:
         so that :meth:`labels_of` finds every label it predicts (the batcher ranked all 3,000
         classes of such a model for that: 32 ms for 30 texts against 10 ms). ``embeddings``:
         see bags."""
-        probabilities = self.probabilities(texts, embeddings)
+        return self.rank(self.probabilities(texts, embeddings), top)
+
+    def rank(self, probabilities: np.ndarray, top: int | None = None) -> list[list[tuple[str, float]]]:
+        """classify's answer from the ``probabilities`` of its texts. A model trained with
+        out-of-scope examples never answers OUT_OF_SCOPE_CLASS: the other classes' confidences
+        are renormalised without it."""
+        labels = self.labels
+        if self.negatives is not None and self.threshold is None:
+            probabilities, labels = without_negatives(probabilities, self.negatives), self.classes
         if top is not None and top < probabilities.shape[1] and self.threshold is not None:
             chosen = np.count_nonzero(probabilities >= self.threshold, axis=1)
             return [
-                [(self.labels[i], float(row[i])) for i in _ranked(row, max(top, int(above))).tolist()]
+                [(labels[i], float(row[i])) for i in _ranked(row, max(top, int(above))).tolist()]
                 for row, above in zip(probabilities, chosen, strict=True)
             ]
         if top is None or top >= probabilities.shape[1]:  # one sort of every row (the hot path)
@@ -420,22 +439,24 @@ class LoadedModel:
         else:
             orders = np.array([_ranked(row, top) for row in probabilities], dtype=np.int64).reshape(-1, top)
         confidences = np.take_along_axis(probabilities, orders, axis=1).tolist()
-        labels = self.labels
         return [
             [(labels[i], confidence) for i, confidence in zip(order, row, strict=True)]
             for order, row in zip(orders.tolist(), confidences, strict=True)
         ]
 
     def in_scope_scores(
-        self, scores: Sequence[Sequence[tuple[str, float]]], embeddings: np.ndarray | None = None
+        self, probabilities: np.ndarray, embeddings: np.ndarray | None = None
     ) -> list[float] | None:
-        """Per text of a ``classify`` result, its in-scope score (trainer.in_scope), or None
+        """Per text, from its ``probabilities``, its in-scope score (trainer.in_scope), or None
         for a model without out-of-scope scoring. ``embeddings``: see bags."""
         if self.in_scope is None:
             return None
         if embeddings is None and self.in_scope.neighbours is not None:
             raise ValueError("an encoder model's in-scope scores need the texts' embeddings")
-        return self.in_scope.scores(np.array([ranked[0][1] for ranked in scores]), embeddings).tolist()
+        scores = self.in_scope.scores(top_confidences(probabilities, self.negatives), embeddings)
+        if self.negatives is not None:  # most like the out-of-scope examples
+            scores[probabilities.argmax(axis=1) == self.negatives] = 0.0
+        return scores.tolist()
 
     def labels_of(self, scores: Sequence[tuple[str, float]]) -> list[str]:
         """The predicted labels of one text, from its ``classify`` result: the top class for a
@@ -455,25 +476,6 @@ def _ranked(row: np.ndarray, top: int) -> np.ndarray:
     kth = np.partition(row, row.size - top)[row.size - top]
     candidates = np.flatnonzero(row >= kth)  # ascending, so the stable sort keeps ties in order
     return candidates[np.argsort(-row[candidates], kind="stable")][:top]
-
-
-def check_encoder(sentence: SentenceInput) -> None:
-    """Raise EncoderUnavailable unless this installation has the encoder ``sentence`` names,
-    with the very weights (sha256) the model was trained on."""
-    encoder = shared_encoder(sentence.encoder)
-    if encoder.sha256 != sentence.sha256:
-        raise EncoderUnavailable(
-            f"the model was trained on {sentence.encoder} weights {sentence.sha256[:12]}…, "
-            f"this installation has {encoder.sha256[:12]}…"
-        )
-    if (
-        not all(1 <= n <= encoder.layers for n in sentence.layers)
-        or encoder.width(sentence.layers) != sentence.dim
-    ):
-        raise EncoderUnavailable(
-            f"the model reads {sentence.dim} values of layers {list(sentence.layers)} of {sentence.encoder}, "
-            f"which has {encoder.layers} layers of {encoder.dim}"
-        )
 
 
 def bag_tensors(bags: Bags) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

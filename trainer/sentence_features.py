@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer.checkpoint import write_atomic
-from trainer.encoder import SentenceEncoder
+from trainer.encoder import EncoderUnavailable, SentenceEncoder, shared_encoder
 from trainer.features import Bags
 
 CACHE_FILE = "sentence-vectors.npz"
@@ -187,3 +187,22 @@ def _with_sentence_rows(bags: Bags, embeddings: np.ndarray, first_row: int, scal
     ids[~is_ngram] = np.tile(np.arange(first_row, first_row + dim, dtype=np.int64), texts)
     weights[~is_ngram] = (embeddings * np.float32(scale)).ravel()
     return Bags(ids, weights, offsets)
+
+
+def check_encoder(sentence: SentenceInput) -> None:
+    """Raise EncoderUnavailable unless this installation has the encoder ``sentence`` names,
+    with the very weights (sha256) the model was trained on."""
+    encoder = shared_encoder(sentence.encoder)
+    if encoder.sha256 != sentence.sha256:
+        raise EncoderUnavailable(
+            f"the model was trained on {sentence.encoder} weights {sentence.sha256[:12]}…, "
+            f"this installation has {encoder.sha256[:12]}…"
+        )
+    if (
+        not all(1 <= n <= encoder.layers for n in sentence.layers)
+        or encoder.width(sentence.layers) != sentence.dim
+    ):
+        raise EncoderUnavailable(
+            f"the model reads {sentence.dim} values of layers {list(sentence.layers)} of {sentence.encoder}, "
+            f"which has {encoder.layers} layers of {encoder.dim}"
+        )

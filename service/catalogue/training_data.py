@@ -29,6 +29,7 @@ from typing import Literal
 from service.core.errors import InvalidTrainingData
 from service.core.settings import Settings
 from service.core.text import has_surrogates, unprintable, visible
+from trainer.data import OUT_OF_SCOPE_CLASS
 
 InputFormat = Literal["nlc", "labelled"]
 _ENCODING = "utf-8-sig"  # accepts, and drops, a leading BOM
@@ -96,7 +97,12 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
             for row, text, labels in records:
                 input_rows += 1
                 text = _check_text(row, text, limits)
-                for label in dict.fromkeys(_check_label(row, label, limits) for label in labels):
+                checked = list(dict.fromkeys(_check_label(row, label, limits) for label in labels))
+                if OUT_OF_SCOPE_CLASS in checked and len(checked) > 1:
+                    raise InvalidTrainingData(
+                        row, f"a text under {OUT_OF_SCOPE_CLASS} (out of scope) cannot have another class"
+                    )
+                for label in checked:
                     if label not in classes and len(classes) >= limits.max_classes:
                         raise InvalidTrainingData(
                             row, f"more than {limits.max_classes} distinct classes (max_classes)"
@@ -114,10 +120,11 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
                     written += 1
     if input_rows == 0:
         raise InvalidTrainingData(0, "training data has no rows")
-    if len(classes) < limits.min_classes:
+    if len(classes - {OUT_OF_SCOPE_CLASS}) < limits.min_classes:
+        besides = f" besides {OUT_OF_SCOPE_CLASS}" if OUT_OF_SCOPE_CLASS in classes else ""
         raise InvalidTrainingData(
             0,
-            f"training data has {len(classes)} distinct class(es); "
+            f"training data has {len(classes - {OUT_OF_SCOPE_CLASS})} distinct class(es){besides}; "
             f"at least {limits.min_classes} are required (min_classes)",
         )
     return Summary(input_rows, written, len(classes), dest.stat().st_size, _sha256(dest))

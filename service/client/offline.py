@@ -32,8 +32,9 @@ def classify(bundle: Path, texts: list[str]) -> list[dict[str, Any]]:
     except TrainerError as exc:  # BundleInvalid, CheckpointCorrupt
         raise ClientError(f"{bundle}: {exc}") from None
     embeddings = model.embed(texts)  # once for both (None: an n-gram model)
-    answers = model.classify(texts, embeddings=embeddings)
-    in_scope = model.in_scope_scores(answers, embeddings)
+    probabilities = model.probabilities(texts, embeddings)
+    answers = model.rank(probabilities)
+    in_scope = model.in_scope_scores(probabilities, embeddings)
     results: list[dict[str, Any]] = []
     for number, (text, ranked) in enumerate(zip(texts, answers, strict=True)):
         result: dict[str, Any] = {

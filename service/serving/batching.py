@@ -110,10 +110,12 @@ class InferenceBatcher:
         """Each call's scores from one classify of their (common) model over all their texts."""
         texts = [text for call in calls for text in call.texts]
         try:
-            embeddings = embedded.of(calls[0].model, texts)
+            model = calls[0].model
+            embeddings = embedded.of(model, texts)
+            probabilities = model.probabilities(texts, embeddings)
             # a multi-label model's list holds every label it predicts, even beyond ``top``
-            scores = calls[0].model.classify(texts, top=self.top, embeddings=embeddings)
-            in_scope = calls[0].model.in_scope_scores(scores, embeddings)
+            scores = model.rank(probabilities, top=self.top)
+            in_scope = model.in_scope_scores(probabilities, embeddings)
         except Exception as exc:  # the callers re-raise it, as if they had called the model
             return [(call, exc) for call in calls]
         outcomes: list[_Outcome] = []

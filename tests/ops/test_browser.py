@@ -99,6 +99,8 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
         path = page.locator(f"{chart} svg path.series").first
         assert len(path.get_attribute("d") or "") > 10, f"{chart} drew no line"
     assert page.locator("#staleness-chart svg rect.column").count() == 7
+    out_of_scope = page.locator("#metrics dt:text-is('Out of scope') + dd").inner_text()
+    assert out_of_scope == "in_scope_score below 0.020 (about 2.0 % of in-scope texts)", out_of_scope
     waited = page.locator("#ps dt:text-is('Waited at the staleness bound s') + dd").inner_text()
     assert waited == "0.00", waited  # no bound by default: nobody waits
     assert page.locator("#events span.event.done").count() == 1

@@ -17,13 +17,13 @@ TEXTS = ["is it going to rain tomorrow", "how warm is it", "will it snow tonight
 
 
 class _Counting(LoadedModel):
-    """The real model, counting its classify calls and the texts in each."""
+    """The real model, counting its inference calls and the texts in each."""
 
     calls: list[int]
 
-    def classify(self, texts, top=None, embeddings=None):  # type: ignore[no-untyped-def]
+    def probabilities(self, texts, embeddings=None):  # type: ignore[no-untyped-def]
         self.calls.append(len(texts))
-        return super().classify(texts, top, embeddings)
+        return super().probabilities(texts, embeddings)
 
 
 def _counting(model_dir: Path) -> _Counting:
@@ -38,7 +38,7 @@ def _counting(model_dir: Path) -> _Counting:
 def test_concurrent_calls_are_batched_and_answered_alike(tiny_model: Path) -> None:
     model = _counting(tiny_model)
     alone = [model.classify([text])[0] for text in TEXTS]
-    alone_in_scope = model.in_scope_scores(alone)
+    alone_in_scope = model.in_scope_scores(model.probabilities(TEXTS))
     assert alone_in_scope is not None
     model.calls.clear()
     batcher = InferenceBatcher(1)
@@ -67,7 +67,8 @@ def test_tenants_encoder_models_share_one_encoder_call_per_batch(encoder_model: 
     second.labels = [f"other-{label}" for label in second.labels]
     encoder = shared_encoder(MINILM.name)
     alone = [first.classify([text])[0] for text in TEXTS]
-    alone_in_scope = first.in_scope_scores(alone, first.embed(TEXTS))
+    embeddings = first.embed(TEXTS)
+    alone_in_scope = first.in_scope_scores(first.probabilities(TEXTS, embeddings), embeddings)
     assert alone_in_scope is not None
     calls, texts = encoder.calls, encoder.texts
     first.calls.clear()
@@ -114,7 +115,7 @@ def test_a_failing_model_fails_only_its_own_callers(tiny_model: Path) -> None:
     good = _counting(tiny_model)
 
     class _Broken(_Counting):
-        def classify(self, texts, top=None, embeddings=None):  # type: ignore[no-untyped-def]
+        def probabilities(self, texts, embeddings=None):  # type: ignore[no-untyped-def]
             raise RuntimeError("weights on fire")
 
     broken = _Broken(good.labels, good.featurizer, good.model)
@@ -154,9 +155,9 @@ class _Held(LoadedModel):
 
     gate: threading.Event
 
-    def classify(self, texts, top=None, embeddings=None):  # type: ignore[no-untyped-def]
+    def probabilities(self, texts, embeddings=None):  # type: ignore[no-untyped-def]
         assert self.gate.wait(timeout=30)
-        return super().classify(texts, top, embeddings)
+        return super().probabilities(texts, embeddings)
 
 
 def _held(tiny_model: Path, gate: threading.Event) -> _Held:

@@ -104,7 +104,7 @@ def test_classify_says_which_texts_belong_to_none_of_the_classes(
 ) -> None:
     texts = ["is it cold outside today", "will it rain", "book me a flight to Lisbon", "xqzv plomk", "?!"]
     model = LoadedModel.load(tiny_model)
-    expected = model.in_scope_scores(model.classify(texts))
+    expected = model.in_scope_scores(model.probabilities(texts))
 
     reply = client.post(
         f"/v1/classifiers/{available}/classify_collection",

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.data import LabelledData, MultiLabelData
+from trainer.data import OUT_OF_SCOPE_CLASS, LabelledData, MultiLabelData
 from trainer.engine import train
-from trainer.errors import CheckpointCorrupt
+from trainer.errors import CheckpointCorrupt, InvalidTrainingData
 from trainer.hparams import HParams
 from trainer.in_scope import NEIGHBOURS, QUANTILES, InScope, fit_in_scope, nearest_cosines
 from trainer.inference import META_FILE, WEIGHTS_FILE, LoadedModel
@@ -33,7 +33,7 @@ def test_the_held_out_rows_score_evenly_so_the_rate_is_the_share_rejected() -> N
     logits = rng.normal(size=(400, 5)) * 3
     neighbours = _unit_rows(300, 16, 1, spread=0.3)
     own = rng.integers(0, 300, size=400)
-    scoring = fit_in_scope(logits, 1.5, neighbours, own, rate=0.02, neighbour_weight=0.5)
+    scoring = fit_in_scope(logits, 1.5, None, neighbours, own, rate=0.02, neighbour_weight=0.5)
 
     z = logits / 1.5
     confidences = np.exp(z).max(axis=1) / np.exp(z).sum(axis=1)
@@ -61,7 +61,7 @@ def test_the_nearest_training_text_of_a_held_out_row_is_another() -> None:
 
 def test_an_n_gram_model_weighs_its_confidence_alone() -> None:
     logits = np.random.default_rng(3).normal(size=(100, 4))
-    scoring = fit_in_scope(logits, 1.0, None, None, rate=0.05, neighbour_weight=0.5)
+    scoring = fit_in_scope(logits, 1.0, None, None, None, rate=0.05, neighbour_weight=0.5)
     assert scoring.neighbours is None and scoring.neighbour_weight == 0.0
     low, high = scoring.scores(np.array([0.26, 0.99]), None)
     assert low < 0.05 < high
@@ -79,8 +79,7 @@ def test_a_trained_classifier_scores_texts_of_none_of_its_classes_out_of_scope(m
     model = LoadedModel.load(model_dir)
     assert model.in_scope is not None and model.in_scope.rate == 0.02
     texts = ["play a jazz song please", "rain forecast for tonight", "qwzx vbnm plok", "ødelagt kjøleskap"]
-    ranked = model.classify(texts)
-    scores = model.in_scope_scores(ranked)
+    scores = model.in_scope_scores(model.probabilities(texts))
     assert scores is not None and all(0.0 <= s <= 1.0 for s in scores)
     assert min(scores[:2]) > 0.02 > max(scores[2:]), scores
     meta = json.loads((model_dir / META_FILE).read_text())
@@ -99,7 +98,7 @@ def test_a_multi_label_classifier_has_no_in_scope_score(tmp_path: Path, quick_hp
         hparams=quick_hparams,
     )
     model = LoadedModel.load(tmp_path / "m")
-    assert model.in_scope is None and model.in_scope_scores(model.classify(["rain now"])) is None
+    assert model.in_scope is None and model.in_scope_scores(model.probabilities(["rain now"])) is None
 
 
 def _forge(model_dir: Path, change: Callable[[dict, dict], None]) -> None:
@@ -147,4 +146,46 @@ def test_load_refuses_an_in_scope_scoring_that_does_not_fit(
 def test_a_model_saved_before_out_of_scope_detection_answers_without_a_score(model_dir: Path) -> None:
     _forge(model_dir, lambda meta, weights: meta.pop("in_scope"))
     model = LoadedModel.load(model_dir)
-    assert model.in_scope is None and model.in_scope_scores(model.classify(["rain"])) is None
+    assert model.in_scope is None and model.in_scope_scores(model.probabilities(["rain"])) is None
+
+
+def _with_negatives(data: LabelledData) -> LabelledData:
+    """``data`` and twenty examples of text of none of its classes, under the reserved class."""
+    subjects = ["my card", "the loan", "a mortgage", "the car insurance", "my pension"]
+    verbs = ["cancel", "renew", "explain", "compare"]
+    negatives = [f"{verb} {subject} please" for verb in verbs for subject in subjects]
+    return LabelledData(data.texts + negatives, data.labels + [OUT_OF_SCOPE_CLASS] * len(negatives))
+
+
+def test_examples_under_the_reserved_class_are_negatives_never_an_answer(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
+) -> None:
+    data = _with_negatives(small_data)
+    train(data, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams)
+    model = LoadedModel.load(tmp_path / "m")
+    texts = ["play a jazz song please", "renew the car insurance please", "explain my card please"]
+
+    probabilities = model.probabilities(texts)
+    ranked = model.rank(probabilities)
+    scores = model.in_scope_scores(probabilities)
+
+    assert OUT_OF_SCOPE_CLASS in model.labels and model.classes == ["booking", "music", "weather"]
+    for answer in ranked:
+        assert [label for label, _ in answer] != [] and OUT_OF_SCOPE_CLASS not in dict(answer)
+        assert sum(confidence for _, confidence in answer) == pytest.approx(1.0)
+    assert ranked[0][0][0] == "music"
+    assert scores is not None and scores[0] > 0.02 and scores[1:] == [0.0, 0.0]  # most like the negatives
+
+
+def test_the_reserved_class_is_refused_where_it_cannot_work(
+    tmp_path: Path, small_data: LabelledData, quick_hparams: HParams
+) -> None:
+    negatives = _with_negatives(small_data)
+    with pytest.raises(InvalidTrainingData, match="is for single-label classifiers only"):
+        train(
+            negatives, workdir=tmp_path / "w", out_dir=tmp_path / "m", hparams=quick_hparams, multi_label=True
+        )
+    kept = [i for i, label in enumerate(negatives.labels) if label not in ("music", "booking")]
+    one_class = LabelledData([negatives.texts[i] for i in kept], [negatives.labels[i] for i in kept])
+    with pytest.raises(InvalidTrainingData, match="at least two classes besides __out_of_scope__"):
+        train(one_class, workdir=tmp_path / "w2", out_dir=tmp_path / "m2", hparams=quick_hparams)

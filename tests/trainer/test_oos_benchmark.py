@@ -11,7 +11,7 @@ import pytest
 from benchmark_runs import run_benchmark
 from synthetic import synthetic_data, write_csv
 
-from benchmarks.oos import measure
+from benchmarks.oos import SYSTEMS, measure
 from trainer import LabelledData
 
 
@@ -26,6 +26,7 @@ def test_figures_at_the_threshold_count_rejected_texts_as_oos() -> None:
     assert row["oos_recall"] == 0.5 and row["oos_precision"] == 0.5
     assert row["in_scope_accuracy"] == pytest.approx(1 / 3)
     assert row["in_scope_accuracy_lost"] == pytest.approx(1 / 3)  # 2/3 right with no threshold
+    assert row["in_scope_rejected"] == pytest.approx(1 / 3)
     assert row["auroc"] == pytest.approx(5 / 6)  # 5 of the 6 (in, out) pairs ranked right
     assert row["best_mcc"] >= row["mcc"]
 
@@ -54,15 +55,22 @@ def test_both_protocols_report_every_system(tmp_path: Path) -> None:
         "--json",
         "--repeats=2",
         "--language=xx",
-        "--set=cross_fit_folds=0",
+        "--set=cross_fit_folds=2",  # held-out scores, which taas's in-scope score is set on
     )
 
     rows = {(row["dataset"], row["system"]): row for row in lines}
-    systems = ("taas-confidence", "tfidf-logreg-msp")
+    systems = SYSTEMS
     assert set(rows) == {(d, s) for d in ("with-oos", "classes-left-out") for s in systems}
     for (dataset, _), row in rows.items():
         assert row["cases"] == (1 if dataset == "with-oos" else 2)
-        for key in ("auroc", "oos_recall", "oos_precision", "in_scope_accuracy", "best_mcc"):
+        for key in (
+            "auroc",
+            "oos_recall",
+            "oos_precision",
+            "in_scope_accuracy",
+            "in_scope_rejected",
+            "best_mcc",
+        ):
             assert 0.0 <= row[key] <= 1.0, (dataset, key)
         assert -1.0 <= row["mcc"] <= row["best_mcc"]
     for system in systems:  # texts with nothing in common with the classes' rank below them all

@@ -186,6 +186,8 @@ const pages = {
         const classes = Object.keys(metrics.per_class || {}).length;
         facts("metrics", [["Accuracy", num(metrics.accuracy, 3)], ["Macro F1", num(metrics.macro_f1, 3)],
           ["Evaluated on", `${metrics.n} ${metrics.evaluated_on || ""} rows`],
+          ["Out of scope", metrics.out_of_scope ? `in_scope_score below ${num(metrics.out_of_scope.rate, 3)} `
+            + `(about ${num(100 * metrics.out_of_scope.rate, 1)} % of in-scope texts)` : undefined],
           ["Confusion matrix", confusion && confusion.truncated
             ? `the ${confusion.labels.length} classes most involved in errors, of ${classes || "more"}` : undefined]]);
         if (metrics.confusion) TaasCharts.heatmap(document.getElementById("confusion"), metrics.confusion.labels, metrics.confusion.matrix);

@@ -163,8 +163,9 @@ class FastClassify:
         except TaasError:
             return None
         answered = await models.inference.classify(model, texts)
+        rate = found.classifier.out_of_scope_rate  # the tenant's, as the route's answer has it
         return classify.reply_json(
-            Request(scope), classifier_id, body, texts, classifying.classified(model, answered)
+            Request(scope), classifier_id, body, texts, classifying.classified(model, answered, rate)
         )
 
 

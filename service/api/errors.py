@@ -153,6 +153,7 @@ _EXTRA = {  # (method, path) -> statuses beyond those
     ("post", "/v1/classifiers/{classifier_id}/classify"): (409, 503),
     ("get", "/v1/classifiers/{classifier_id}/classify"): (409, 503),
     ("post", "/v1/classifiers/{classifier_id}/classify_collection"): (409, 503),
+    ("patch", "/v1/classifiers/{classifier_id}"): (409,),
     ("post", "/v1/classifiers/{classifier_id}/cancel"): (409,),
     ("post", "/v1/classifiers/{classifier_id}/resume"): (409,),
     ("delete", "/v1/datasets/{dataset_id}"): (409,),

@@ -163,7 +163,8 @@ class FastClassify:
         except TaasError:
             return None
         answered = await models.inference.classify(model, texts)
-        classified = classifying.classified(model, answered)
+        rate = found.classifier.out_of_scope_rate  # the tenant's, as the route's answer has it
+        classified = classifying.classified(model, answered, rate)
         return classify.reply_json(Request(scope), classifier_id, body, texts, classified, state.out_of_scope)
 
 

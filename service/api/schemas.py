@@ -74,6 +74,22 @@ class VersionFromDataset(BaseModel):
     callback_url: str | None = None
 
 
+class ClassifierChange(BaseModel):
+    """``PATCH /v1/classifiers/{id}`` (extension): the fields named change, those left out stay.
+    Strict: ``"0.05"`` or ``true`` is refused, not read as a number."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"out_of_scope_rate": 0.05}]}
+    )
+
+    out_of_scope_rate: float | None = Field(
+        None,
+        description="The share of in-scope texts a single-label classifier may reject as out of "
+        "scope, strictly between 0 and 1; null serves the model's own (0.02 unless trained otherwise).",
+        json_schema_extra={"exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    )
+
+
 class ClassifierSummary(BaseModel):
     """One entry of the classifier list."""
 
@@ -112,7 +128,7 @@ class ClassifierList(Paging):
 
 class ClassifierInfo(ClassifierSummary):
     """A classifier with its status (its serving version's, or while none serves its newest's);
-    ``progress``, ``metrics`` and the version fields are taas extensions."""
+    ``progress``, ``metrics``, the version fields and ``out_of_scope_rate`` are taas extensions."""
 
     status: str
     status_description: str
@@ -123,6 +139,9 @@ class ClassifierInfo(ClassifierSummary):
     promote: str = Promote.AUTO.value
     mode: str = ClassifierMode.SINGLE_LABEL.value
     model: dict[str, Any] | None = None
+    out_of_scope_rate: float | None = Field(
+        None, description="The tenant's out-of-scope rate (PATCH); null: the serving model's own."
+    )
 
     @classmethod
     def build_info(cls, c: Classifier, job: TrainingJob | None, base_url: str) -> ClassifierInfo:
@@ -139,6 +158,7 @@ class ClassifierInfo(ClassifierSummary):
             promote=c.promote,
             mode=c.mode,
             model=model_of(c.metrics) if c.status == ClassifierStatus.AVAILABLE.value else None,
+            out_of_scope_rate=c.out_of_scope_rate,
         )
 
 

@@ -1,12 +1,13 @@
 """Classifiers: create (rows, then the wake-up message), list, delete (cancel, rows, files),
-cancel and resume their training, and read its timeline. A create, cancel or resume also sends
-the message of the status event it recorded (``service.webhooks.delivery``)."""
+cancel and resume their training, read its timeline, and set their out-of-scope rate. A
+create, cancel or resume also sends the message of the status event it recorded
+(``service.webhooks.delivery``)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from service.catalogue import versions
@@ -199,3 +200,43 @@ def resume_training(session: Session, settings: Settings, classifier: Classifier
 def training_events(session: Session, classifier: Classifier) -> list[JobEvent]:
     """The timeline of the classifier's training jobs, oldest first."""
     return job_views.job_events(session, classifier.id)
+
+
+def check_out_of_scope_rate(rate: object, field: str = "out_of_scope_rate") -> float | None:
+    """A share of in-scope texts to reject: a number strictly between 0 and 1, or None (the
+    model's own); BadRequest naming ``field`` otherwise. 0 would turn detection off and 1 reject
+    every text: neither is a rate a tenant means (NaN and the infinities fail the bounds too)."""
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < 1:
+        raise BadRequest(
+            field, "must be a number strictly between 0 and 1 (0.02: 2 % of in-scope texts rejected), or null"
+        )
+    return float(rate)
+
+
+def set_out_of_scope_rate(
+    session: Session, classifier: Classifier, rate: float | None, *, now: datetime
+) -> None:
+    """Serve ``classifier`` with out-of-scope ``rate`` (already checked), or with each model's
+    own rate (None), from its next classify call on: no retraining, since the rate only moves
+    the cut on scores every model already gives. The caller announces the change to the lookup
+    caches after this commit.
+
+    Conflict for a multi-label classifier (out-of-scope detection is single-label only);
+    NotFound when a concurrent delete removed it."""
+    if rate is not None and classifier.mode == ClassifierMode.MULTI_LABEL.value:
+        raise Conflict(
+            f"classifier '{classifier.id}' is multi_label; out-of-scope detection, and so its rate,"
+            " is single_label only"
+        )
+    changed = session.execute(
+        update(Classifier)
+        .where(Classifier.id == classifier.id)
+        .values(out_of_scope_rate=rate, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+    if changed.rowcount == 0:  # type: ignore[attr-defined]
+        raise NotFound("classifier", classifier.id)
+    locks.reread(session, classifier)

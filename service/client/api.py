@@ -121,6 +121,14 @@ class Api(AdminCalls):
         found: Classifier = self.call("GET", segments("classifiers", classifier_id))
         return found
 
+    def set_out_of_scope_rate(self, classifier_id: str, rate: float | None) -> Classifier:
+        """Serve the classifier with out-of-scope ``rate`` (strictly between 0 and 1), or with
+        its model's own (None); no retraining."""
+        changed: Classifier = self.call(
+            "PATCH", segments("classifiers", classifier_id), json={"out_of_scope_rate": rate}
+        )
+        return changed
+
     def create_classifier(self, file: Path, name: str, language: str = "en", **extras: str) -> Classifier:
         """A new classifier trained on FILE, NLC's headerless ``text,class`` CSV; ``extras`` are
         more fields of its ``training_metadata`` (``callback_url``, ``promote``, ``mode``)."""

@@ -1,6 +1,6 @@
 """``taas classifiers …``: list, show, delete, cancel and resume a training; retrain, list the
-versions, promote one (roll back). Each takes a classifier by its id, a unique start of its id,
-or its name (:meth:`service.client.api.Api.find_classifier`)."""
+versions, promote one (roll back); set the out-of-scope rate. Each takes a classifier by its
+id, a unique start of its id, or its name (:meth:`service.client.api.Api.find_classifier`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from service.client.training_files import is_labelled, start_training
 
 classifiers = typer.Typer(
     no_args_is_help=True,
-    help="Your classifiers: list, show, delete, cancel training; retrain, promote, roll back.",
+    help="Your classifiers: list, show, delete, cancel training; retrain, promote, roll back; set-rate.",
 )
 
 
@@ -81,6 +81,7 @@ def show_classifier(classifier: str = CLASSIFIER_ARGUMENT, as_json: bool = JSON_
         ("training", progress_line(dict(progress)) if progress else None),
         ("evaluation", metrics_line(dict(metrics)) or None),
         ("model", _model_line(found.get("model"))),
+        ("out-of-scope rate", _rate_line(found.get("out_of_scope_rate"), found.get("mode"))),
     ]
     for label, value in rows:
         if value is not None:
@@ -95,6 +96,13 @@ def _model_line(model: Any) -> str | None:
     if model.get("encoder"):
         return f"n-grams and the sentence encoder {model['encoder']}"
     return "n-grams"
+
+
+def _rate_line(rate: Any, mode: Any) -> str | None:
+    """The rate out-of-scope answers use: the tenant's, or the model's own (multi-label: none)."""
+    if mode == "multi_label":
+        return None
+    return "the model's own (set at training)" if rate is None else f"{rate:g} (set by you)"
 
 
 @classifiers.command("delete")
@@ -199,3 +207,36 @@ def promote(
     if as_json:
         return print_json(reply)
     out.print(f"{classifier_id}: version {version} serves")
+
+
+@classifiers.command("set-rate")
+@one_line_errors
+def set_rate(
+    classifier: str = CLASSIFIER_ARGUMENT,
+    rate: str = typer.Argument(
+        ...,
+        metavar="RATE",
+        help="A share of in-scope texts to reject, strictly between 0 and 1 (0.05: 5 %), or default.",
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Set a single-label classifier's out-of-scope rate without retraining (default: put back
+    its model's own); every API replica answers with it at once."""
+    value = _rate(rate)
+    with logged_in_api() as api:
+        classifier_id = api.find_classifier(classifier)
+        reply = api.set_out_of_scope_rate(classifier_id, value)
+    if as_json:
+        return print_json(reply)
+    shown = "the model's own" if value is None else f"{value:g}"
+    out.print(f"{classifier_id}: out-of-scope rate {shown}")
+
+
+def _rate(text: str) -> float | None:
+    """RATE as the API takes it: a number (the server checks its range), or None for default."""
+    if text == "default":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ClientError(f"RATE {text!r}: give a number between 0 and 1, such as 0.05, or default") from None

@@ -74,6 +74,7 @@ class Classifier(ClassifierSummary):
     promote: str
     mode: str
     model: ModelKind | None
+    out_of_scope_rate: float | None
 
 
 class ClassifiedClass(TypedDict):

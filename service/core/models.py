@@ -16,6 +16,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Integer,
     MetaData,
@@ -222,6 +223,8 @@ class Classifier(TrainedModel, Base):
     serving_version: Mapped[int | None] = mapped_column(Integer, default=None)
     latest_version: Mapped[int] = mapped_column(Integer, default=1)
     promote: Mapped[str] = mapped_column(String(8), default=Promote.AUTO.value)
+    # The tenant's out-of-scope rate (revision 0009): None serves each model's own, set at training.
+    out_of_scope_rate: Mapped[float | None] = mapped_column(Float, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -25,13 +25,15 @@ from trainer.inference import LoadedModel
 
 @dataclass(frozen=True)
 class Servable:
-    """What classify needs of a classifier: its id, and the status and model of the version it
-    serves (``version`` None) or of the ``version`` a call pins."""
+    """What classify needs of a classifier: its id, the status and model of the version it
+    serves (``version`` None) or of the ``version`` a call pins, and the tenant's out-of-scope
+    rate (None: the model's own), which holds for every version."""
 
     id: str
     status: str
     model_dir: str | None
     version: int | None = None
+    out_of_scope_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ _LOOKUP = (
         Classifier.id,
         Classifier.status,
         Classifier.model_dir,
+        Classifier.out_of_scope_rate,
     )
     .select_from(ApiKey)
     .outerjoin(TenantQuota, TenantQuota.tenant_id == ApiKey.tenant_id)
@@ -68,14 +71,14 @@ def pinned(session: Session, classifier_id: str, number: int) -> Servable:
     """Version ``number`` of the (already authorised) classifier, for a call that pins it with
     ``?version=``; NotFound when it has none such."""
     row = session.execute(
-        select(ClassifierVersion.status, ClassifierVersion.model_dir).where(
-            ClassifierVersion.classifier_id == classifier_id, ClassifierVersion.number == number
-        )
+        select(ClassifierVersion.status, ClassifierVersion.model_dir, Classifier.out_of_scope_rate)
+        .join(Classifier, Classifier.id == ClassifierVersion.classifier_id)
+        .where(ClassifierVersion.classifier_id == classifier_id, ClassifierVersion.number == number)
     ).one_or_none()
     session.rollback()
     if row is None:
         raise NotFound("version", str(number))
-    return Servable(classifier_id, row.status, row.model_dir, number)
+    return Servable(classifier_id, row.status, row.model_dir, number, row.out_of_scope_rate)
 
 
 def lookup(session: Session, digest: str, classifier_id: str) -> ServingLookup | None:
@@ -85,7 +88,9 @@ def lookup(session: Session, digest: str, classifier_id: str) -> ServingLookup |
     row = session.execute(_LOOKUP, {"digest": digest, "classifier_id": classifier_id}).one_or_none()
     if row is None or not hmac.compare_digest(row.key_hash, digest):
         return None
-    found = Servable(row.id, row.status, row.model_dir) if row.id is not None else None
+    found = None
+    if row.id is not None:
+        found = Servable(row.id, row.status, row.model_dir, out_of_scope_rate=row.out_of_scope_rate)
     return ServingLookup(row.tenant_id, row.classify_rps, found)
 
 
@@ -105,11 +110,13 @@ class Classified:
     rate: float | None = None
 
 
-def classified(model: LoadedModel, answered: Answered) -> Classified:
-    """``answered`` by ``model``, with its predicted labels or its out-of-scope rate."""
+def classified(model: LoadedModel, answered: Answered, rate: float | None = None) -> Classified:
+    """``answered`` by ``model``, with its predicted labels or its out-of-scope rate: ``rate``,
+    the tenant's for the classifier, else the model's own."""
     scores = answered.scores
     if not model.multi_label:
-        rate = model.in_scope.rate if model.in_scope is not None else None
+        if rate is None and model.in_scope is not None:
+            rate = model.in_scope.rate
         return Classified(scores, [None] * len(scores), answered.in_scope, rate)
     return Classified(scores, [model.labels_of(text_scores) for text_scores in scores])
 
@@ -171,4 +178,5 @@ async def classify(
                 raise NotFound("version", str(classifier.version)) from None
             raise NotFound("classifier", classifier.id) from None
         raise unavailable(f"the model of classifier '{classifier.id}' cannot be loaded", exc) from exc
-    return classified(model, await cache.inference.classify(model, list(texts)))
+    answered = await cache.inference.classify(model, list(texts))
+    return classified(model, answered, classifier.out_of_scope_rate)

@@ -1,8 +1,8 @@
 """Serving invalidations across API processes: Redis pub/sub on one channel.
 
 A change that classify must see at once (a key revoked or rotated, a tenant's rate quota
-changed, a classifier deleted, a version promoted by the tenant or by a worker's finished
-training) is announced after its commit with
+changed, a classifier deleted or its out-of-scope rate changed, a version promoted by the tenant
+or by a worker's finished training) is announced after its commit with
 :meth:`Invalidations.announce`. Every API process runs one listener thread that subscribes to
 the channel and drops the tenant's entries from its :class:`service.serving.lookup_cache.LookupCache`
 on each message. The listener pings Redis every ``ping_s`` on the subscribed connection and

@@ -1,7 +1,8 @@
 """The client commands read as a person would use them: a classifier by its name or the start
 of its id, `taas shell` to try texts one by one, a line instead of an empty table, quotas in
-KiB and percentages, every page of a listing, the accuracy when a training ends, a row per
-training phase on the progress bar, and every URL in `taas up`'s banner."""
+KiB and percentages, an out-of-scope rate by number or `default`, every page of a listing, the
+accuracy when a training ends, a row per training phase on the progress bar, and every URL in
+`taas up`'s banner."""
 
 from __future__ import annotations
 
@@ -163,6 +164,26 @@ def test_quotas_show_sizes_and_shares_and_can_be_set(taas: Callable[..., Result]
     assert changed["quotas"]["classifiers"] == 4 and changed["overrides"]["classifiers"] == 4
     assert "25%" in row(set_again, "classifiers") and " set " in row(set_again, "classifiers")
     assert " default " in row(reset, "classifiers")
+
+
+def test_the_out_of_scope_rate_is_set_shown_and_put_back_to_the_models_own(
+    taas: Callable[..., Result], live: Live
+) -> None:
+    weather = live.available("weather")
+    taas("login", live.url, live.key)
+
+    changed = taas("classifiers", "set-rate", "weather", "0.05")
+    shown = taas("classifiers", "show", "weather")
+    reset = _json(taas("classifiers", "set-rate", "weather", "default", "--json"))
+    refused = taas("classifiers", "set-rate", "weather", "1")
+    unreadable = taas("classifiers", "set-rate", "weather", "five percent")
+
+    assert changed.exit_code == 0 and changed.stdout == f"{weather}: out-of-scope rate 0.05\n"
+    assert "0.05 (set by you)" in shown.stdout
+    assert reset["out_of_scope_rate"] is None
+    assert refused.exit_code == 1 and refused.stderr.count("\n") == 1
+    assert "400" in refused.stderr and "out_of_scope_rate" in refused.stderr
+    assert unreadable.exit_code == 1 and "RATE 'five percent'" in unreadable.stderr
 
 
 def test_a_wait_that_ends_available_says_how_well_it_did(capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,6 +31,7 @@ BODIES: dict[str, Any] = {
 ID_ROUTES = [
     ("GET", "/v1/classifiers/{classifier_id}"),
     ("DELETE", "/v1/classifiers/{classifier_id}"),
+    ("PATCH", "/v1/classifiers/{classifier_id}"),
     ("POST", "/v1/classifiers/{classifier_id}/classify"),
     ("GET", "/v1/classifiers/{classifier_id}/classify"),
     ("POST", "/v1/classifiers/{classifier_id}/classify_collection"),

@@ -240,7 +240,7 @@ def test_framework_errors_use_the_nlc_body(
     ("method", "path", "allowed"),
     [
         ("PUT", "/v1/classifiers", "GET, HEAD, POST"),
-        ("PUT", "/v1/classifiers/{cid}", "DELETE, GET, HEAD"),
+        ("PUT", "/v1/classifiers/{cid}", "DELETE, GET, HEAD, PATCH"),
         ("PUT", "/v1/classifiers/{cid}/classify", "GET, HEAD, POST"),
         ("DELETE", "/v1/classifiers/{cid}/classify_collection", "POST"),
     ],

@@ -1,4 +1,5 @@
-"""NLC v1 classifiers: create, list, get, delete; cancel, resume and the training timeline (extensions)."""
+"""NLC v1 classifiers: create, list, get, delete; change, cancel, resume and the training timeline
+(extensions)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from service.api.deps import (
 )
 from service.api.routing import Router
 from service.api.schemas import (
+    ClassifierChange,
     ClassifierInfo,
     ClassifierList,
     ClassifierSummary,
@@ -102,6 +104,24 @@ def list_classifiers(
 @router.get("/{classifier_id}", response_model=ClassifierInfo)
 def get_classifier(request: Request, classifier: ClassifierDep, session: SessionDep) -> ClassifierInfo:
     """Status, training progress and (once Available) evaluation metrics."""
+    return ClassifierInfo.build_info(classifier, job_views.shown_job(session, classifier), base_url(request))
+
+
+@router.patch("/{classifier_id}", response_model=ClassifierInfo)
+def change_classifier(
+    request: Request,
+    classifier: ClassifierDep,
+    body: ClassifierChange,
+    session: SessionDep,
+    invalidations: InvalidationsDep,
+) -> ClassifierInfo:
+    """Change the classifier's out-of-scope rate without retraining (extension); null puts back
+    the model's own. Every API replica classifies with it from the reply on. 409 for a
+    multi-label classifier."""
+    if "out_of_scope_rate" in body.model_fields_set:
+        rate = classifiers.check_out_of_scope_rate(body.out_of_scope_rate)
+        classifiers.set_out_of_scope_rate(session, classifier, rate, now=utcnow())
+        invalidations.announce(classifier.tenant_id)
     return ClassifierInfo.build_info(classifier, job_views.shown_job(session, classifier), base_url(request))
 
 

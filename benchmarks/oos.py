@@ -85,6 +85,8 @@ def cases(folder: Path, repeats: int, validation: bool = False) -> list[Case]:
         oos = read_labelled_csv(folder / "oos_test.csv")
         return [Case(train, LabelledData(test.texts + oos.texts, test.labels + [OOS] * len(oos)))]
     classes = sorted(set(train.labels))
+    if len(classes) - max(1, len(classes) // 4) < 2:
+        return []  # a class left out would leave one: nothing to classify (nlu-eval-chatbot's two)
     found = []
     for repeat in range(repeats):
         rng = np.random.default_rng(repeat)
@@ -182,8 +184,16 @@ def benchmark(
     systems: tuple[str, ...] = SYSTEMS,
     validation: bool = False,
 ) -> list[dict[str, object]]:
-    """One row per system of ``systems`` for the folder (means over its cases)."""
+    """One row per system of ``systems`` for the folder (means over its cases); none, said on
+    stderr, for a folder of too few classes to leave one out."""
     found = cases(folder, repeats, validation)
+    if not found:
+        print(
+            f"{folder}: {len(set(read_labelled_csv(folder / 'train.csv').labels))} classes: "
+            "too few to leave a quarter out and keep two; skipped",
+            file=sys.stderr,
+        )
+        return []
     spec = encoder_for(language)
     vectors = None
     if spec is not None:

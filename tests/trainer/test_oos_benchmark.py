@@ -11,7 +11,7 @@ import pytest
 from benchmark_runs import run_benchmark
 from synthetic import synthetic_data, write_csv
 
-from benchmarks.oos import SYSTEMS, measure
+from benchmarks.oos import SYSTEMS, cases, measure
 from trainer import LabelledData
 
 
@@ -29,6 +29,14 @@ def test_figures_at_the_threshold_count_rejected_texts_as_oos() -> None:
     assert row["in_scope_rejected"] == pytest.approx(1 / 3)
     assert row["auroc"] == pytest.approx(5 / 6)  # 5 of the 6 (in, out) pairs ranked right
     assert row["best_mcc"] >= row["mcc"]
+
+
+def test_a_folder_of_two_classes_has_no_case_of_classes_left_out(tmp_path: Path) -> None:
+    two = LabelledData(["rain", "snow", "jazz", "rock"], ["weather", "weather", "music", "music"])
+    for name in ("train.csv", "test.csv"):
+        write_csv(tmp_path / name, two)
+
+    assert cases(tmp_path, repeats=5) == []  # one class left: nothing to tell apart
 
 
 def _digits(rows: int) -> LabelledData:

@@ -22,7 +22,7 @@ from service.api.deps import blocking_without_db_slot
 from service.api.schemas import CreateFromDataset, VersionFromDataset
 from service.api.uploads import RAW_BODY, Upload
 from service.catalogue import classifiers, datasets, versions
-from service.catalogue.training_data import InputFormat, Limits
+from service.catalogue.training_data import InputFormat, Limits, check_negatives_allowed
 from service.core.errors import BadRequest
 from service.core.models import Classifier, ClassifierMode, ClassifierVersion, Dataset, Promote, utcnow
 from service.core.settings import Settings
@@ -58,6 +58,7 @@ def classifier_from_upload(
         quotas.check_room_for_upload(session, settings, tenant_id, counts=quotas.CLASSIFIER_UPLOAD)
         staged = _stage_training_data(upload, session, store, settings, tenant_id)
         with datasets.undone_on_failure(session, store, staged):
+            check_negatives_allowed(staged.summary, mode == ClassifierMode.MULTI_LABEL)
             quotas.check_can_create_classifier(
                 session,
                 settings,
@@ -102,6 +103,7 @@ def version_from_upload(
         quotas.check_room_for_upload(session, settings, classifier.tenant_id, counts=quotas.VERSION_UPLOAD)
         staged = _stage_training_data(upload, session, store, settings, classifier.tenant_id)
         with datasets.undone_on_failure(session, store, staged):
+            check_negatives_allowed(staged.summary, classifier.mode == ClassifierMode.MULTI_LABEL.value)
             quotas.check_can_add_version(
                 session,
                 settings,

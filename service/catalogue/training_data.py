@@ -67,13 +67,15 @@ class Limits:
 
 @dataclass(frozen=True)
 class Summary:
-    """What was written: input rows, canonical rows, distinct classes, size and digest."""
+    """What was written: input rows, canonical rows, distinct classes, size and digest, and
+    whether it holds examples of out-of-scope text (``negatives``: OUT_OF_SCOPE_CLASS rows)."""
 
     input_rows: int
     rows: int
     classes: int
     size_bytes: int
     sha256: str
+    negatives: bool = False
 
 
 def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summary:
@@ -127,7 +129,16 @@ def convert(source: Path, dest: Path, fmt: InputFormat, limits: Limits) -> Summa
             f"training data has {len(classes - {OUT_OF_SCOPE_CLASS})} distinct class(es){besides}; "
             f"at least {limits.min_classes} are required (min_classes)",
         )
-    return Summary(input_rows, written, len(classes), dest.stat().st_size, _sha256(dest))
+    size, digest = dest.stat().st_size, _sha256(dest)
+    return Summary(input_rows, written, len(classes), size, digest, OUT_OF_SCOPE_CLASS in classes)
+
+
+def check_negatives_allowed(summary: Summary, multi_label: bool) -> None:
+    """InvalidTrainingData unless data with out-of-scope examples trains a single-label model."""
+    if summary.negatives and multi_label:
+        raise InvalidTrainingData(
+            0, f"{OUT_OF_SCOPE_CLASS} (examples of out-of-scope text) is for single-label classifiers only"
+        )
 
 
 def _refuse_wide_encoding(source: Path) -> None:

@@ -51,3 +51,20 @@ def test_out_of_scope_examples_that_cannot_work_are_400_naming_the_rule(
     assert reply.status_code == 400, reply.text
     assert reply.json() == {"code": 400, "error": "Bad Request", "description": expected}
     nothing_left_behind(tenant.id)
+
+
+def test_out_of_scope_examples_for_a_multi_label_classifier_are_400(
+    tenant: Any,
+    create_classifier: Callable[..., httpx.Response],
+    nothing_left_behind: Callable[[str], None],
+) -> None:
+    csv = f"is it hot,temperature\nwill it rain,conditions\nopen a bank account,{OUT_OF_SCOPE_CLASS}\n"
+    metadata = {"language": "en", "name": "topics", "mode": "multi_label"}
+
+    reply = create_classifier(tenant, csv=csv, metadata=metadata)
+
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["description"] == (
+        f"{OUT_OF_SCOPE_CLASS} (examples of out-of-scope text) is for single-label classifiers only"
+    )
+    nothing_left_behind(tenant.id)

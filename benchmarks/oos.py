@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -47,17 +46,16 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import matthews_corrcoef, roc_auc_score
 
-from trainer import DEFAULT_HPARAMS, HParams, LabelledData, read_labelled_csv, train
+from trainer import DEFAULT_HPARAMS, HParams, LabelledData, read_labelled_csv
 from trainer.data import stratified_split
 from trainer.encoder import shared_encoder
 from trainer.hparams import encoder_for
-from trainer.inference import LoadedModel
 from trainer.sentence_features import SentenceVectors, encode_texts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from accuracy import dataset_name, print_rows  # noqa: E402  (the sibling benchmark scripts)
 from linear_peers import tfidf_pipeline  # noqa: E402
-from validation_sweep import hparams_overrides, subset, taas_probabilities  # noqa: E402
+from validation_sweep import hparams_overrides, subset, taas_probabilities, trained_model  # noqa: E402
 
 OOS = "oos"  # the label of oos_test.csv's rows, and of a rejected text
 # (labels, probabilities per scored text) of a system trained on the first data
@@ -154,16 +152,7 @@ def taas_scorer(hparams: HParams, vectors: SentenceVectors | None) -> Scorer:
 def run_taas(hparams: HParams, vectors: SentenceVectors | None, case: Case, rate: float) -> dict:
     """taas as a classifier answers: trained once on every row (K = 1), each scored text's
     in-scope score, rejected below ``rate``."""
-    with tempfile.TemporaryDirectory(prefix="taas-oos-") as tmp:
-        train(
-            case.train,
-            workdir=Path(tmp) / "w",
-            out_dir=Path(tmp) / "m",
-            hparams=hparams,
-            learners=1,
-            vectors=vectors,
-        )
-        model = LoadedModel.load(Path(tmp) / "m")
+    model = trained_model(hparams, case.train, vectors)
     embeddings = None if vectors is None else vectors.of(case.scored.texts)
     probabilities = model.probabilities(case.scored.texts, embeddings)
     ranked = model.rank(probabilities, top=1)

@@ -66,15 +66,9 @@ def hparams_overrides(text: str) -> dict[str, object]:
     return {key: json.loads(value) for key, value in pairs}
 
 
-def taas_probabilities(
-    hparams: HParams,
-    train_data: LabelledData,
-    validation: LabelledData,
-    vectors: SentenceVectors | None = None,
-) -> tuple[list[str], np.ndarray]:
-    """The labels of a taas model trained (K = 1) on ``train_data``, on the sentence encoder's
-    ``vectors`` of its texts if given, and its probabilities (validation rows x labels) for
-    the validation texts."""
+def trained_model(hparams: HParams, train_data: LabelledData, vectors: SentenceVectors | None) -> LoadedModel:
+    """A taas model trained (K = 1) on ``train_data``, on the sentence encoder's ``vectors`` of
+    its texts if given, loaded (its files gone)."""
     with tempfile.TemporaryDirectory(prefix="taas-sweep-") as tmp:
         train(
             train_data,
@@ -84,7 +78,19 @@ def taas_probabilities(
             learners=1,
             vectors=vectors,
         )
-        model = LoadedModel.load(Path(tmp) / "m")
+        return LoadedModel.load(Path(tmp) / "m")
+
+
+def taas_probabilities(
+    hparams: HParams,
+    train_data: LabelledData,
+    validation: LabelledData,
+    vectors: SentenceVectors | None = None,
+) -> tuple[list[str], np.ndarray]:
+    """The labels of a taas model trained (K = 1) on ``train_data``, on the sentence encoder's
+    ``vectors`` of its texts if given, and its probabilities (validation rows x labels) for
+    the validation texts."""
+    model = trained_model(hparams, train_data, vectors)
     embeddings = None if vectors is None else vectors.of(validation.texts)
     return model.labels, model.probabilities(validation.texts, embeddings)
 

@@ -395,10 +395,7 @@ def _train(
     metrics["model"] = describe_model(prepared.sentence)
     in_scope = (
         in_scope_scoring(data, prepared.labels, held_rows, logits, temperature, hparams, vectors)
-        if cross_fit
-        and not prepared.multi_label
-        and isinstance(data, LabelledData)
-        and evaluated_on != "training"
+        if cross_fit and isinstance(data, LabelledData) and evaluated_on != "training"  # single-label
         else None
     )
     if in_scope is not None:  # what the version's out-of-scope decision is, beside its metrics

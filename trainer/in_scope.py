@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainer.calibration import softmax
+
 NEIGHBOURS = "in_scope.neighbours"  # the weights.pt tensor of the training texts' embeddings
 QUANTILES = 1001  # held-out raw scores kept at 0, 0.1 %, ..., 100 %
 _NUMBERS = (
@@ -143,14 +145,12 @@ def nearest_cosines(
     neighbours: torch.Tensor, embeddings: torch.Tensor, exclude: np.ndarray | None = None
 ) -> np.ndarray:
     """Per embedding (L2-normalised rows), the cosine of its nearest row of ``neighbours``;
-    ``exclude``: per embedding, a row of ``neighbours`` not to count (its own text), or -1."""
+    ``exclude``: per embedding, the row of ``neighbours`` not to count (its own text)."""
     nearest = np.empty(len(embeddings), dtype=np.float64)
     for start in range(0, len(embeddings), _CHUNK):
         cosines = embeddings[start : start + _CHUNK] @ neighbours.T
         if exclude is not None:
-            own = torch.from_numpy(exclude[start : start + _CHUNK])
-            mine = torch.nonzero(own >= 0).flatten()
-            cosines[mine, own[mine]] = -np.inf
+            cosines[torch.arange(len(cosines)), torch.from_numpy(exclude[start : start + _CHUNK])] = -np.inf
         nearest[start : start + _CHUNK] = cosines.max(dim=1).values.numpy()
     return nearest
 
@@ -186,9 +186,7 @@ def fit_in_scope(
     OUT_OF_SCOPE_CLASS, or None) and, for an encoder model, every distinct in-scope training
     text's embedding (``neighbours``) with each held-out row's own text among them (``own``,
     its row index)."""
-    z = np.asarray(logits, dtype=np.float64) / temperature
-    z = np.exp(z - z.max(axis=1, keepdims=True))
-    confidences = top_confidences(z / z.sum(axis=1, keepdims=True), negatives)
+    confidences = top_confidences(softmax(logits, temperature), negatives)
     confidence_mean, confidence_std = _standardisation(confidences)
     raw = (confidences - confidence_mean) / confidence_std
     stored, neighbour_mean, neighbour_std, weight = None, 0.0, 1.0, 0.0

@@ -266,7 +266,9 @@ class LoadedModel:
         self.in_scope = in_scope
         # a single-label model trained with out-of-scope examples: their class's column, and the
         # classes it answers with (trainer.in_scope)
-        self.negatives = labels.index(OUT_OF_SCOPE_CLASS) if OUT_OF_SCOPE_CLASS in labels else None
+        self.negatives = (
+            labels.index(OUT_OF_SCOPE_CLASS) if OUT_OF_SCOPE_CLASS in labels and threshold is None else None
+        )
         self.classes = [label for label in labels if label != OUT_OF_SCOPE_CLASS]
         self.threshold = threshold
         self.featurizer = featurizer
@@ -426,7 +428,7 @@ class LoadedModel:
         out-of-scope examples never answers OUT_OF_SCOPE_CLASS: the other classes' confidences
         are renormalised without it."""
         labels = self.labels
-        if self.negatives is not None and self.threshold is None:
+        if self.negatives is not None:
             probabilities, labels = without_negatives(probabilities, self.negatives), self.classes
         if top is not None and top < probabilities.shape[1] and self.threshold is not None:
             chosen = np.count_nonzero(probabilities >= self.threshold, axis=1)

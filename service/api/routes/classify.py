@@ -93,12 +93,10 @@ def reply_json(
         for text, scores, labels in zip(texts, classified.scores, classified.labels, strict=True)
     ]
     if classified.in_scope is not None and classified.rate is not None:
-        rejected = 0
         for result, score in zip(results, classified.in_scope, strict=True):
             result["in_scope_score"] = score
             result["out_of_scope"] = score < classified.rate
-            rejected += score < classified.rate
-        counts.add(classifier_id, len(results), rejected)
+        counts.add(classifier_id, len(results), sum(result["out_of_scope"] is True for result in results))
     reply: dict[str, object]
     if isinstance(body, ClassifyInput):
         reply = {**results[0], "classifier_id": classifier_id, "url": url}

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 import trainer.engine
 from trainer import read_labelled_csv
 from trainer.hparams import DEFAULT_HPARAMS
+from trainer.model import bag_index, sentence_matrix
 from trainer.preparation import initial_model, prepare, validation_split
 from trainer.ps.applier import Gradient
 from trainer.ps.learner import batches
@@ -56,21 +57,25 @@ class AutogradTask(TextClassifierTask):
 
     def compute(self, pulled: None, batch: Batch) -> tuple[float, Gradient]:
         """Mean (binary) cross-entropy of ``batch`` and its gradient in push form, by autograd."""
-        weight, bias = self.dense
+        weight, bias, *direct = self.dense
         hidden = F.embedding_bag(
             batch.ids, self.table, batch.offsets, mode="sum", per_sample_weights=batch.weights, sparse=True
         )
         logits = F.linear(hidden, weight, bias)
+        if direct:  # an encoder model's direct path (trainer.model)
+            width = direct[0].shape[1]
+            bags = bag_index(batch.offsets, batch.ids.numel())
+            first = self.table.shape[0] - width
+            sentence = sentence_matrix(batch.ids, batch.weights, bags, len(batch), first, width)
+            logits = logits + self.direct_scale * sentence @ direct[0].t()
         if self.multi_label:
             loss = multi_label_loss(logits, batch.targets)
         else:
             loss = F.cross_entropy(logits, batch.targets, weight=self.class_weights)
-        rows_grad, weight_grad, bias_grad = torch.autograd.grad(loss, [self.table, weight, bias])
+        rows_grad, *dense_grads = torch.autograd.grad(loss, [self.table, weight, bias, *direct])
         if self.unique_rows:
             rows_grad = rows_grad.coalesce()
-        return float(loss.detach()), Gradient(
-            rows_grad._indices()[0], [rows_grad._values(), weight_grad, bias_grad]
-        )
+        return float(loss.detach()), Gradient(rows_grad._indices()[0], [rows_grad._values(), *dense_grads])
 
 
 TASKS: dict[str, type[TextClassifierTask]] = {"closed_form": TextClassifierTask, "autograd": AutogradTask}

@@ -340,12 +340,19 @@ def _train(
             unique_rows=optimizer.needs_unique_rows,
             multi_label=prepared.multi_label,
             class_weights=prepared.class_weights,
+            direct_scale=model.config.direct_scale,
         )
         if processes is not None:
             processes.start(ps, task(), data_tensors, hparams.batch_size, state.seed)
         elif on_cuda and learners == 1 and optimizer.kind == "sgd":
             pool = GraphPool(
-                ps, data_tensors, hparams.batch_size, state.seed, device, class_weights=prepared.class_weights
+                ps,
+                data_tensors,
+                hparams.batch_size,
+                state.seed,
+                device,
+                class_weights=prepared.class_weights,
+                direct_scale=model.config.direct_scale,
             )
         elif on_cuda:
             pool = StreamPool(ps, task, data_tensors, hparams.batch_size, state.seed, device)

@@ -27,7 +27,9 @@ validation folds of two deals, sign test p = 0.01; the tiny sets' predictions un
 and for the encoder's model a sixth: every row and the whole plan instead of early stopping on
 a validation split, which a second model then scores (``refit_every_row``: 72 paired wins,
 40 losses on the validation folds of acid and trec50, where no width, scale or class weight
-had moved acid).
+had moved acid), and a seventh: the embedding also through a full-rank direct path to the
+classes (``encoder_direct_scale``: 49 paired wins, 24 losses over acid, trec50, snips and the
+small sets' validation folds, none worse).
 docs/model.md has the tables, with what lost: weight decay
 (under Adam and under SGD), a refit on every row (of the n-gram model: level), a linear decay
 over a short plan (better on the intent sets, 2.4 points worse on Reuters' validation split),
@@ -67,6 +69,11 @@ class HParams:
     # the embedding's rows stopped learning (docs/experiments/encoder.md)
     encoder_scale: float = 0.5
     encoder_ngram_scale: float = 0.5
+    # and the embedding, times this, also reaches the classes through a full-rank linear map
+    # beside the 64-wide hidden layer (trainer.model, ``direct``; 0: none). On acid's five
+    # validation folds (175 classes) that was 33 rows of 11,130 more, on every fold, level on
+    # trec50 and the hint3 sets; at 4 it cost trec50 35 rows (docs/experiments/encoder.md)
+    encoder_direct_scale: float = 2.0
     # initial weights, uniform in ±bound (0: zeros). The embedding starts at zero, so a row
     # holds exactly the steps its n-gram's evidence gave it (an n-gram seen once carries no
     # random start into serving), and the output layer starts as random class codes of unit
@@ -153,6 +160,7 @@ class HParams:
             "class_balance": 0.0,
             "average_snapshots": 0,
             "refit_every_row": False,
+            "encoder_direct_scale": 0.0,
         }
         values = {**old, **values}
         return cls(**{k: v for k, v in values.items() if k in known})  # type: ignore[arg-type]

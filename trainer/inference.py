@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from trainer.checkpoint import write_atomic
 from trainer.data import OUT_OF_SCOPE_CLASS
@@ -45,7 +44,7 @@ from trainer.in_scope import (
     top_confidences,
     without_negatives,
 )
-from trainer.model import ModelConfig, TextClassifier
+from trainer.model import ModelConfig, TextClassifier, logits_of
 from trainer.sentence_features import SentenceInput, check_encoder
 from trainer.weight_bounds import out_of_bounds, stores_every_value
 
@@ -81,6 +80,7 @@ def save_model(
         "embedding": model.embedding.weight.detach().to(torch.float16).contiguous(),
         "output.weight": model.output.weight.detach() / temperature,
         "output.bias": model.output.bias.detach() / temperature,
+        **({} if model.direct is None else {"direct.weight": model.direct.weight.detach() / temperature}),
         "buckets": torch.from_numpy(featurizer.buckets.astype(np.int32)),  # < 2**24: int32 is exact
         "idf": torch.from_numpy(featurizer.idf.copy()),
     }
@@ -159,6 +159,7 @@ def _labels(labels: object, classes: int) -> list[str]:
 
 
 _WEIGHTS = ("buckets", "idf", "embedding", "output.weight", "output.bias")
+_DIRECT = "direct.weight"  # an encoder model's direct path (trainer.model), since 2026-12-07
 
 
 def _check_weights(tensors: object, model_dir: Path) -> None:
@@ -166,7 +167,7 @@ def _check_weights(tensors: object, model_dir: Path) -> None:
     in-scope neighbours, if there, one too)."""
     if not isinstance(tensors, dict):
         raise CheckpointCorrupt(f"{model_dir}: {WEIGHTS_FILE} does not hold named tensors")
-    for key in (*_WEIGHTS, *([NEIGHBOURS] if NEIGHBOURS in tensors else [])):
+    for key in (*_WEIGHTS, *(k for k in (NEIGHBOURS, _DIRECT) if k in tensors)):
         tensor = tensors.get(key)
         if not isinstance(tensor, torch.Tensor):
             raise CheckpointCorrupt(f"{model_dir}: {WEIGHTS_FILE} has no tensor '{key}'")
@@ -191,18 +192,23 @@ def _model_config(spec: object, tensors: dict[str, torch.Tensor], sentence_dim: 
         raise ValueError(
             "the model's rows, dim and classes must be whole numbers, dim and classes at least 1"
         )
+    if config.direct and (config.direct != sentence_dim or not 0 < config.direct_scale < 1e3):
+        raise ValueError(
+            f"a direct path of {config.direct!r} values at scale {config.direct_scale!r} "
+            f"where the model reads {sentence_dim} sentence values"
+        )
     shapes = {
         "buckets": (config.rows - sentence_dim,),
         "idf": (config.rows - sentence_dim,),
         "embedding": (config.rows, config.dim),
         "output.weight": (config.classes, config.dim),
         "output.bias": (config.classes,),
+        **({_DIRECT: (config.classes, config.direct)} if config.direct or _DIRECT in tensors else {}),
     }
     for key, shape in shapes.items():
-        if tuple(tensors[key].shape) != shape:
-            raise ValueError(
-                f"'{key}' has shape {tuple(tensors[key].shape)} where model.json makes it {shape}"
-            )
+        found = tuple(tensors[key].shape) if key in tensors else "none"
+        if found != shape:
+            raise ValueError(f"'{key}' has shape {found} where model.json makes it {shape}")
     if tensors["buckets"].is_floating_point():
         raise ValueError("'buckets' must hold integers")
     return config
@@ -274,8 +280,13 @@ class LoadedModel:
         self.featurizer = featurizer
         self.sentence = sentence
         self.model = model.eval()
-        self._table = model.embedding.weight.detach()
-        self._weight, self._bias = model.output.weight.detach(), model.output.bias.detach()
+        direct = None if model.direct is None else model.direct.weight.detach()
+        self._params = (
+            model.embedding.weight.detach(),
+            model.output.weight.detach(),
+            model.output.bias.detach(),
+        )
+        self._direct = (direct, model.config.direct_scale)
         tensors = [*model.parameters()]
         weights = sum(t.numel() * t.element_size() for t in tensors) + featurizer.buckets.nbytes
         # The featurizer's two caches of n-gram rows may hold as much as half the weights each
@@ -328,13 +339,12 @@ class LoadedModel:
                 raise ValueError("'idf' must be positive (training writes each n-gram's IDF, at least 1)")
             embedding = tensors["embedding"].to(torch.float32)
             weights = {**tensors, "embedding": embedding}  # the float32 copy is the one checked and kept
-            if problem := out_of_bounds({k: weights[k] for k in _WEIGHTS if k != "buckets"}):
+            layers = ("output.weight", "output.bias", *([_DIRECT] if config.direct else []))
+            if problem := out_of_bounds({k: weights[k] for k in ("idf", "embedding", *layers)}):
                 raise CheckpointCorrupt(f"{model_dir}: {WEIGHTS_FILE}: {problem}")
             featurizer = Featurizer(featurizer_config, tensors["buckets"].numpy(), tensors["idf"].numpy())
             model = TextClassifier(config, embedding_init=0.0, output_init=0.0)  # replaced next
-            model.load_state_dict(
-                {"embedding.weight": embedding, **{k: tensors[k] for k in ("output.weight", "output.bias")}}
-            )
+            model.load_state_dict({"embedding.weight": embedding, **{k: tensors[k] for k in layers}})
             threshold = meta["threshold"] if meta.get("multi_label") else None
             if threshold is not None and type(threshold) not in (int, float):
                 raise ValueError(f"threshold {threshold!r} is not a number")
@@ -405,8 +415,7 @@ class LoadedModel:
         # Functional calls on detached tensors: no nn.Module dispatch and no autograd context to
         # enter, which is a third of the cost of a one-text call.
         ids, offsets, weights = bag_tensors(self.bags(texts, embeddings))
-        hidden = F.embedding_bag(ids, self._table, offsets, mode="sum", per_sample_weights=weights)
-        logits = F.linear(hidden, self._weight, self._bias).to(torch.float64)
+        logits = logits_of(ids, offsets, weights, *self._params, *self._direct).to(torch.float64)
         return (torch.sigmoid(logits) if self.multi_label else torch.softmax(logits, dim=1)).numpy()
 
     def classify(

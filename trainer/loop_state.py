@@ -49,7 +49,8 @@ class LoopState:
     earlier: dict[str, int] = field(default_factory=lambda: {"pushed": 0, "applied": 0})
 
 
-_NAMES = ("embedding.weight", "output.weight", "output.bias")  # model_parameters() order
+# model_parameters() order; the direct path's weight only in an encoder model's
+_NAMES = ("embedding.weight", "output.weight", "output.bias", "direct.weight")
 
 
 def checkpoint_state(
@@ -60,7 +61,7 @@ def checkpoint_state(
     snapshot = ps.snapshot()
     stats = ps.stats()
     return {
-        ckpt.WEIGHTS: dict(zip(_NAMES, snapshot["params"], strict=True)),
+        ckpt.WEIGHTS: dict(zip(_NAMES[: len(snapshot["params"])], snapshot["params"], strict=True)),
         ckpt.OPTIMIZER: {"kind": snapshot["kind"], "state": snapshot["state"]},
         ckpt.VERSION: snapshot["version"],
         ckpt.CURSORS: [
@@ -103,7 +104,7 @@ def restore_state(saved: dict[str, Any], ps: ParameterServer) -> LoopState:
     ps.restore(
         {
             "kind": saved[ckpt.OPTIMIZER]["kind"],
-            "params": [saved[ckpt.WEIGHTS][name] for name in _NAMES],
+            "params": [saved[ckpt.WEIGHTS][name] for name in _NAMES if name in saved[ckpt.WEIGHTS]],
             "state": saved[ckpt.OPTIMIZER]["state"],
             "version": saved[ckpt.VERSION],
         }

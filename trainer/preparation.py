@@ -199,8 +199,16 @@ def initial_model(prepared: Prepared, hparams: HParams) -> TextClassifier:
     from 300 classes (docs/model.md). From the prior a class a text lacks pushes by its share.
     Reuters' 95 classes train better from zero (the prior stops early stopping sooner).
     """
+    direct = prepared.sentence.dim if prepared.sentence is not None and hparams.encoder_direct_scale else 0
     model = TextClassifier(
-        ModelConfig(rows=prepared.rows, dim=hparams.embedding_dim, classes=len(prepared.labels)),
+        ModelConfig(
+            rows=prepared.rows,
+            dim=hparams.embedding_dim,
+            classes=len(prepared.labels),
+            direct=direct,
+            # the bags hold the embedding times encoder_scale
+            direct_scale=hparams.encoder_direct_scale / hparams.encoder_scale if direct else 0.0,
+        ),
         generator=torch.Generator().manual_seed(hparams.seed),
         embedding_init=hparams.embedding_init,
         output_init=hparams.output_init,

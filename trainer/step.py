@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from trainer.features import Bags
 from trainer.inference import bag_tensors
-from trainer.model import TextClassifier
+from trainer.model import TextClassifier, bag_index, sentence_matrix
 from trainer.ps.applier import Gradient
 
 
@@ -83,7 +83,8 @@ class Batch:
 
 def model_parameters(model: TextClassifier) -> list[tuple[torch.Tensor, bool]]:
     """The model's parameters in server order, each with whether it is pushed by rows."""
-    return [(model.embedding.weight, True), (model.output.weight, False), (model.output.bias, False)]
+    params = [(model.embedding.weight, True), (model.output.weight, False), (model.output.bias, False)]
+    return params + ([(model.direct.weight, False)] if model.direct is not None else [])
 
 
 def multi_label_loss(logits: torch.Tensor, multi_hot: torch.Tensor) -> torch.Tensor:
@@ -108,21 +109,29 @@ class TextClassifierTask:
     bag and one linear layer, so the gradient at the logits (``softmax - one-hot`` times each
     example's share of the loss; multi-label: ``sigmoid - multi-hot`` over the batch size)
     gives the output layer's by one product and each id's row by its bag's gradient times the
-    id's weight. Autograd's graph, engine and sparse tensor cost a third of a step's compute
+    id's weight (and an encoder model's direct path's by one product with the bags' sentence
+    values). Autograd's graph, engine and sparse tensor cost a third of a step's compute
     on the small batches a service trains with (benchmarks/step_bench.py, docs/benchmarks.md);
     trainer.ps.graph.sgd_step writes the same gradient fused with its apply on CUDA.
 
     ``multi_label``: one sigmoid per class, trained with ``multi_label_loss`` against multi-hot
     targets; otherwise a softmax trained with cross-entropy against class ids, each example
     weighed by its class's entry of ``class_weights`` when given (HParams.class_balance).
+    ``direct_scale``: the direct path's input scale, for a model that has one (a fourth
+    parameter, ModelConfig.direct).
     """
 
     def __init__(
-        self, unique_rows: bool = True, multi_label: bool = False, class_weights: torch.Tensor | None = None
+        self,
+        unique_rows: bool = True,
+        multi_label: bool = False,
+        class_weights: torch.Tensor | None = None,
+        direct_scale: float = 0.0,
     ) -> None:
         self.unique_rows = unique_rows
         self.multi_label = multi_label
         self.class_weights = class_weights
+        self.direct_scale = direct_scale
 
     def attach(self, params: list[torch.Tensor]) -> None:
         """Bind to the server's tensors (read in place: the pull is Hogwild's, docs/parameter-server.md)."""
@@ -137,10 +146,16 @@ class TextClassifierTask:
     @torch.no_grad()
     def compute(self, pulled: None, batch: Batch) -> tuple[float, Gradient]:
         """Mean (binary) cross-entropy of ``batch`` and its gradient in push form."""
-        weight, bias = self.dense
+        weight, bias, *direct = self.dense
         ids, offsets, id_weights = batch.ids, batch.offsets, batch.weights
+        count = ids.numel()
         hidden = F.embedding_bag(ids, self.table, offsets, mode="sum", per_sample_weights=id_weights)
         logits = F.linear(hidden, weight, bias)
+        if direct:
+            width = direct[0].shape[1]
+            bags = bag_index(offsets, count)
+            sentence = sentence_matrix(ids, id_weights, bags, len(batch), self.table.shape[0] - width, width)
+            logits.addmm_(sentence, direct[0].t(), alpha=self.direct_scale)
         if self.multi_label:
             loss = multi_label_loss(logits, batch.targets)
             grad = torch.sigmoid(logits).sub_(batch.targets.to(logits.dtype)).div_(len(batch))
@@ -156,7 +171,9 @@ class TextClassifierTask:
             # softmax x share, less the share at the target: (softmax - one-hot) x share
             grad = log_p.exp_().mul_(shares).scatter_add_(1, targets.unsqueeze(1), shares.neg())
         weight_grad, bias_grad = grad.t() @ hidden, grad.sum(0)
-        count = ids.numel()
+        dense_grads = [weight_grad, bias_grad]
+        if direct:
+            dense_grads.append(torch.mm(grad.t(), sentence).mul_(self.direct_scale))
         lengths = torch.diff(offsets, append=offsets.new_full((1,), count))
         # each id's row: its bag's gradient at the hidden layer times the id's weight
         rows_grad = (
@@ -167,4 +184,4 @@ class TextClassifierTask:
                 ids.unsqueeze(0), rows_grad, self.table.shape, check_invariants=False
             ).coalesce()
             ids, rows_grad = coalesced.indices()[0], coalesced.values()
-        return float(loss), Gradient(ids, [rows_grad, weight_grad, bias_grad])
+        return float(loss), Gradient(ids, [rows_grad, *dense_grads])

@@ -23,7 +23,7 @@ from trainer.ps.pool import InProcessPool, RoundResult
 from trainer.ps.server import ParameterServer
 from trainer.step import DataCursor, TextClassifierTask, model_parameters
 
-ROWS, TABLE, DIM, CLASSES, LR = 203, 97, 8, 5, 0.5
+ROWS, TABLE, DIM, CLASSES, LR, DIRECT_SCALE = 203, 97, 8, 5, 0.5, 3.0
 
 
 def _data(multi_label: bool = False, seed: int = 3) -> tuple[Bags, np.ndarray]:
@@ -47,24 +47,34 @@ def _data(multi_label: bool = False, seed: int = 3) -> tuple[Bags, np.ndarray]:
     return Bags(ids.astype(np.int64), weights, offsets), targets
 
 
-def _server(device: torch.device) -> ParameterServer:
+def _server(device: torch.device, direct: int = 0) -> ParameterServer:
+    """``direct``: the model reads the entries of the table's last ``direct`` rows through a
+    direct path too (an encoder model's, trainer.model), started off zero here."""
     model = TextClassifier(
-        ModelConfig(TABLE, DIM, CLASSES),
+        ModelConfig(TABLE, DIM, CLASSES, direct, DIRECT_SCALE if direct else 0.0),
         embedding_init=0.1,
         output_init=1.0,
         generator=torch.Generator().manual_seed(0),
     )
+    if model.direct is not None:
+        with torch.no_grad():
+            model.direct.weight.uniform_(-1, 1, generator=torch.Generator().manual_seed(1))
     return ParameterServer.create(
         model_parameters(model), OptimizerConfig(kind="sgd", lr=LR), 1, 4096, shared=False, device=device
     )
 
 
 def _reference(
-    bags: Bags, targets: np.ndarray, batch: int, class_weights: torch.Tensor | None
+    bags: Bags, targets: np.ndarray, batch: int, class_weights: torch.Tensor | None, direct: int = 0
 ) -> tuple[ParameterServer, RoundResult]:
     """One epoch of the CPU's K = 1 loop."""
-    ps = _server(torch.device("cpu"))
-    task = TextClassifierTask(unique_rows=False, multi_label=targets.ndim == 2, class_weights=class_weights)
+    ps = _server(torch.device("cpu"), direct)
+    task = TextClassifierTask(
+        unique_rows=False,
+        multi_label=targets.ndim == 2,
+        class_weights=class_weights,
+        direct_scale=DIRECT_SCALE if direct else 0.0,
+    )
     pool = InProcessPool(ps, task, ShardData.of(bags, targets, shared=False), batch, seed=11)
     return ps, pool.run_round(1, [0], [ROWS], lambda: False)
 
@@ -75,9 +85,10 @@ def _eager(
     batch: int,
     class_weights: np.ndarray | None,
     products: Products = Products(),
+    direct: int = 0,
 ) -> tuple[list[torch.Tensor], list[float]]:
     """The same epoch as packed chunks, each step run eagerly on the CPU."""
-    ps = _server(torch.device("cpu"))
+    ps = _server(torch.device("cpu"), direct)
     params = [p.data for p in ps.params]
     shard = DataCursor(epoch=1, seed=11).shard(len(bags), 0, 1)
     position, losses = 0, []
@@ -94,6 +105,7 @@ def _eager(
                 batch,
                 loss,
                 products,
+                DIRECT_SCALE if direct else 0.0,
             )
             if step < chunk.steps:
                 losses.append(float(loss))
@@ -107,12 +119,21 @@ def _eager(
 @pytest.mark.parametrize("batch", [1, 4, 16])
 @pytest.mark.parametrize("balanced", [False, True])
 @pytest.mark.parametrize("products", [Products(), Products(swap_logits=True, swap_hidden=True)], ids=str)
-def test_packed_steps_train_as_the_k1_loop(batch: int, balanced: bool, products: Products) -> None:
+@pytest.mark.parametrize("direct", [0, 9])
+def test_packed_steps_train_as_the_k1_loop(
+    batch: int, balanced: bool, products: Products, direct: int
+) -> None:
+    """``direct``: the model has a direct path over the entries of the table's last 9 rows."""
     bags, targets = _data()
     class_weights = torch.tensor([0.5, 1.0, 2.0, 1.5, 3.0]) if balanced else None
-    ps, result = _reference(bags, targets, batch, class_weights)
+    ps, result = _reference(bags, targets, batch, class_weights, direct)
     params, losses = _eager(
-        bags, targets, batch, None if class_weights is None else class_weights.double().numpy(), products
+        bags,
+        targets,
+        batch,
+        None if class_weights is None else class_weights.double().numpy(),
+        products,
+        direct,
     )
 
     assert len(losses) == math.ceil(ROWS / batch) == ps.version()  # the last batch is a short one
@@ -121,11 +142,13 @@ def test_packed_steps_train_as_the_k1_loop(batch: int, balanced: bool, products:
         torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-6)
 
 
-def test_packed_multi_label_steps_train_as_the_k1_loop() -> None:
+@pytest.mark.parametrize("direct", [0, 9])
+def test_packed_multi_label_steps_train_as_the_k1_loop(direct: int) -> None:
     bags, targets = _data(multi_label=True)
-    ps, result = _reference(bags, targets, 4, None)
-    params, losses = _eager(bags, targets, 4, None)
+    ps, result = _reference(bags, targets, 4, None, direct)
+    params, losses = _eager(bags, targets, 4, None, direct=direct)
 
+    assert len(params) == 3 + bool(direct)
     assert math.isclose(sum(losses), result.loss_sum, rel_tol=1e-5)
     for mine, reference in zip(params, ps.params, strict=True):
         torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-6)

@@ -4,8 +4,11 @@ the embeddings cached for a resume, and the model that reads them trained, saved
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from trainer.data import LabelledData
 from trainer.encoder import EncoderUnavailable, SentenceEncoder, shared_encoder
 from trainer.encoder.registry import MINILM
 from trainer.engine import train
-from trainer.errors import TrainerError, TrainingStopped
+from trainer.errors import CheckpointCorrupt, TrainerError, TrainingStopped
 from trainer.features import Bags
 from trainer.hparams import HParams
 from trainer.inference import META_FILE, SENTENCE_FORMAT, WEIGHTS_FILE, LoadedModel
@@ -127,7 +130,63 @@ def test_an_encoder_model_names_its_encoder_and_stores_only_its_own_weights(
         "ngram_scale": HParams().encoder_ngram_scale,
     }
     assert tensors["embedding"].shape[0] == len(tensors["buckets"]) + width
+    # the direct path: classes x the embedding's width, reading the bags' values x 4 (the
+    # embedding x encoder_direct_scale, where the bags hold it x encoder_scale)
+    assert meta["model"]["direct"] == width
+    assert meta["model"]["direct_scale"] == HParams().encoder_direct_scale / HParams().encoder_scale
+    assert tensors["direct.weight"].shape == (len(meta["labels"]), width)
     assert (encoder_model / WEIGHTS_FILE).stat().st_size < 2 << 20  # no encoder weights in it
+
+
+def _rewrite(model_dir: Path, meta: dict[str, object], tensors: dict[str, torch.Tensor]) -> None:
+    """Save ``tensors`` and ``meta`` as the model, the checksum to match (a forged bundle's)."""
+    torch.save(tensors, model_dir / WEIGHTS_FILE)
+    meta["weights_sha256"] = hashlib.sha256((model_dir / WEIGHTS_FILE).read_bytes()).hexdigest()
+    (model_dir / META_FILE).write_text(json.dumps(meta))
+
+
+def test_the_direct_path_is_served_and_a_model_without_one_still_loads(encoder_model: Path) -> None:
+    """A model saved before the direct path (its model.json without it, no tensor) is served on
+    its factorised path alone, as it was trained."""
+    texts = ["is it going to rain tomorrow", "put on a jazz album"]
+    served = LoadedModel.load(encoder_model).probabilities(texts)
+    meta = json.loads((encoder_model / META_FILE).read_text())
+    tensors = torch.load(encoder_model / WEIGHTS_FILE, weights_only=True)
+    del tensors["direct.weight"]
+    meta["model"] = {k: v for k, v in meta["model"].items() if not k.startswith("direct")}
+    _rewrite(encoder_model, meta, tensors)
+
+    without = LoadedModel.load(encoder_model).probabilities(texts)
+
+    assert np.abs(served - without).max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda meta, tensors: tensors.pop("direct.weight"), "'direct.weight' has shape none"),
+        (
+            lambda meta, tensors: tensors.update({"direct.weight": tensors["direct.weight"][:, :5]}),
+            "'direct.weight' has shape",
+        ),
+        (lambda meta, tensors: meta["model"].update(direct=5), "a direct path of 5 values"),
+        (lambda meta, tensors: meta["model"].update(direct_scale=float("nan")), "at scale nan"),
+        (
+            lambda meta, tensors: tensors.update({"direct.weight": tensors["direct.weight"] * float("inf")}),
+            "direct.weight",
+        ),
+        (lambda meta, tensors: meta["model"].update(direct=0), "'direct.weight' has shape"),
+    ],
+)
+def test_a_forged_direct_path_is_refused(
+    encoder_model: Path, change: Callable[..., object], problem: str
+) -> None:
+    meta = json.loads((encoder_model / META_FILE).read_text())
+    tensors = torch.load(encoder_model / WEIGHTS_FILE, weights_only=True)
+    change(meta, tensors)
+    _rewrite(encoder_model, meta, tensors)
+    with pytest.raises(CheckpointCorrupt, match=re.escape(problem)):
+        LoadedModel.load(encoder_model)
 
 
 def test_an_encoder_model_classifies_on_the_embedding_given_or_computed(encoder_model: Path) -> None:

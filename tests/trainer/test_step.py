@@ -58,18 +58,34 @@ def _cases(draw: st.DrawFn) -> tuple[Bags, np.ndarray, int, bool, np.ndarray | N
 
 
 @settings(max_examples=150, deadline=None)
-@given(case=_cases(), unique_rows=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    case=_cases(),
+    unique_rows=st.booleans(),
+    seed=st.integers(0, 2**16),
+    direct=st.sampled_from([0, 1, 4]),
+    direct_scale=st.floats(0.25, 4.0),
+)
 def test_the_closed_form_gradient_is_autograds(
-    case: tuple[Bags, np.ndarray, int, bool, np.ndarray | None], unique_rows: bool, seed: int
+    case: tuple[Bags, np.ndarray, int, bool, np.ndarray | None],
+    unique_rows: bool,
+    seed: int,
+    direct: int,
+    direct_scale: float,
 ) -> None:
+    """``direct``: an encoder model's direct path reading the table's last ``direct`` rows'
+    entries (trainer.model), a fourth parameter."""
     bags, targets, classes, multi_label, class_weights = case
     generator = torch.Generator().manual_seed(seed)
     params = [torch.randn(TABLE, DIM, generator=generator), torch.randn(classes, DIM, generator=generator)]
     params.append(torch.randn(classes, generator=generator))
+    if direct:
+        params.append(torch.randn(classes, direct, generator=generator))
     weights = None if class_weights is None else torch.from_numpy(class_weights).float()
     batch = Batch.of(bags, targets)
     closed_form, autograd = (
-        kind(unique_rows=unique_rows, multi_label=multi_label, class_weights=weights)
+        kind(
+            unique_rows=unique_rows, multi_label=multi_label, class_weights=weights, direct_scale=direct_scale
+        )
         for kind in (TextClassifierTask, AutogradTask)
     )
     closed_form.attach(params)

@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.features import Bags
+from trainer.model import sentence_matrix
 from trainer.ps import counters as C
 from trainer.ps.learner import ShardData
 from trainer.ps.pool import RoundResult, _collect, _losses_tensor
@@ -240,10 +241,12 @@ def sgd_step(
     batch: int,
     loss_out: torch.Tensor,
     products: Products = Products(),
+    direct_scale: float = 0.0,
 ) -> None:
     """One packed mini-batch (a row of a PackedChunk): forward, gradient, SGD apply in place.
 
-    ``params``: the TextClassifier's embedding table, output weight and output bias. The
+    ``params``: the TextClassifier's embedding table, output weight and output bias, and its
+    direct path's weight if it has one (read at ``direct_scale``, trainer.model). The
     gradient is written out by hand rather than by autograd: the model is one embedding bag
     and one linear layer, and its gradient in closed form takes fewer kernels than autograd
     launches (the launches are what a step at these batches costs), with
@@ -254,13 +257,18 @@ def sgd_step(
     gradient times the id's weight, added by one ``index_add_`` (duplicates summed). Writes
     the loss (the rows' weighted mean) into ``loss_out``, a 0-d view. ``products``: how to
     write the two dense products (``Products``)."""
-    table, weight, bias = params
+    table, weight, bias, *direct = params
     ids, bag = ints[:width], ints[width : 2 * width]
     offsets = ints[2 * width : 2 * width + batch]
     id_weights, shares = floats[:width], floats[width : width + batch]
     rates = floats[width + batch : width + 2 * batch].unsqueeze(1)
     hidden = F.embedding_bag(ids, table, offsets, mode="sum", per_sample_weights=id_weights)
     logits = products.logits(hidden, weight, bias)
+    if direct:
+        sentence = sentence_matrix(
+            ids, id_weights, bag, batch, table.shape[0] - direct[0].shape[1], direct[0].shape[1]
+        )
+        logits = logits.addmm(sentence, direct[0].t(), alpha=direct_scale)
     if floats.numel() > width + 3 * batch:  # multi-label: the multi-hot targets follow
         hot = floats[width + 3 * batch :].view(batch, -1)
         per_row = F.binary_cross_entropy_with_logits(logits, hot, reduction="none").sum(1)
@@ -279,6 +287,8 @@ def sgd_step(
     grad_hidden = products.hidden_grad(grad, weight)
     weight.addmm_(grad.t(), hidden)
     bias.add_(grad.sum(0))
+    if direct:
+        direct[0].addmm_(grad.t(), sentence, alpha=direct_scale)
     table.index_add_(0, ids, grad_hidden.index_select(0, bag).mul_(id_weights.unsqueeze(1)))
 
 
@@ -321,12 +331,14 @@ class GraphPool:
         seed: int,
         device: torch.device,
         class_weights: torch.Tensor | None = None,
+        direct_scale: float = 0.0,
     ) -> None:
         if ps.opt.kind != "sgd" or ps.counters.learners != 1:
             raise ValueError("GraphPool runs one SGD learner")
         self.ps, self.batch_size, self.seed, self.device = ps, batch_size, seed, device
-        table, weight, bias = ps.params
-        self.params = [table.data, weight.data, bias.data]
+        table, weight = ps.params[:2]
+        self.params = [p.data for p in ps.params]
+        self.direct_scale = direct_scale
         ps.handles.extra["losses"] = _losses_tensor(1, shared=False)
         self.losses = ps.handles.extra["losses"].numpy()
         self.bags, self.targets = data.bags(), data.targets.numpy()
@@ -432,7 +444,14 @@ class GraphPool:
         def program() -> None:
             for step in range(STEPS_PER_GRAPH):
                 sgd_step(
-                    self.params, ints[step], floats[step], width, self.batch_size, losses[step], self.products
+                    self.params,
+                    ints[step],
+                    floats[step],
+                    width,
+                    self.batch_size,
+                    losses[step],
+                    self.products,
+                    self.direct_scale,
                 )
 
         graph = _captured(program, program, self.stream, self.device)

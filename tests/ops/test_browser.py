@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
@@ -94,11 +95,13 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
     page.click("#running a:text('browser-intents')", timeout=60_000)
     page.wait_for_selector("#facts dd:text('Available')", timeout=TRAIN_TIMEOUT_MS)
     page.wait_for_selector("#confusion svg rect.cell")
-    page.screenshot(path=str(artifacts_dir / "ops-job-detail.png"), full_page=True)
     for chart in ("#loss-chart", "#rate-chart"):
         path = page.locator(f"{chart} svg path.series").first
         assert len(path.get_attribute("d") or "") > 10, f"{chart} drew no line"
     assert page.locator("#staleness-chart svg rect.column").count() == 7
+    _assert_charts_can_be_read(page)
+    _assert_the_per_class_table_starts_at_the_worst(page)
+    page.screenshot(path=str(artifacts_dir / "ops-job-detail.png"), full_page=True)  # the loss read out
     out_of_scope = page.locator("#metrics dt:text-is('Out of scope') + dd").inner_text()
     assert out_of_scope == "in_scope_score below 0.020 (about 2.0 % of in-scope texts)", out_of_scope
     waited = page.locator("#ps dt:text-is('Waited at the staleness bound s') + dd").inner_text()
@@ -132,6 +135,49 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
     page.click("#tenants button:text('Delete tenant')")
     page.wait_for_selector(f"#issued:text('Deleted {name}: 1 classifiers, 1 datasets')")
     assert httpx.get(f"{base}/v1/classifiers", headers={"X-API-Key": tenant_key}).status_code == 401
+
+
+def _assert_charts_can_be_read(page: playwright.Page) -> None:
+    """Titled axes, a read-out under the pointer, time ticks on round values of the clock."""
+    titles = {
+        chart: page.locator(f"{chart} svg text.axis-title").all_text_contents()
+        for chart in ("#loss-chart", "#rate-chart", "#staleness-chart", "#confusion")
+    }
+    assert titles == {
+        "#loss-chart": ["step", "training loss"],
+        "#rate-chart": ["time", "samples/s"],
+        "#staleness-chart": ["versions behind when applied", "updates"],
+        "#confusion": ["Predicted class", "True class"],
+    }, titles
+    assert page.locator("#loss-chart svg g.hover").get_attribute("visibility") == "hidden"
+    page.hover("#loss-chart svg rect.hover-area", position={"x": 5, "y": 20})
+    assert page.locator("#loss-chart svg g.hover").get_attribute("visibility") == "visible"
+    first_step = page.locator("#loss-chart svg text.x-tick").first.get_attribute("data-value")
+    readout = page.locator("#loss-chart svg text.readout").text_content() or ""
+    step, loss = readout.split(" · loss ")  # the step nearest the chart's left edge, and its loss
+    assert float(step.replace("k", "e3")) <= float(first_step or "inf") + 50 and float(loss) > 0, readout
+    # the page redraws its charts at each poll (2 s): the read-out stays under a still pointer
+    page.evaluate("() => { document.querySelector('#loss-chart svg').dataset.old = 'yes'; }")
+    page.wait_for_selector("#loss-chart svg:not([data-old])", timeout=10_000)
+    assert page.locator("#loss-chart svg g.hover").get_attribute("visibility") == "visible"
+    # the rate chart's x axis is the clock: ticks a whole step apart, each on a multiple of it
+    ticks = [
+        float(v or "nan")
+        for v in page.locator("#rate-chart svg text.x-tick").evaluate_all(
+            "ts => ts.map(t => t.getAttribute('data-value'))"
+        )
+    ]
+    offset = page.evaluate("() => new Date().getTimezoneOffset() * 60")
+    steps = {b - a for a, b in pairwise(ticks)}
+    assert len(steps) <= 1 and all((t - offset) % min(steps or {1}) == 0 for t in ticks), ticks
+
+
+def _assert_the_per_class_table_starts_at_the_worst(page: playwright.Page) -> None:
+    cells = page.locator("#per-class tbody tr td")
+    classes = page.locator("#per-class tbody tr td:first-child").all_inner_texts()
+    f1 = [float(v) for v in page.locator("#per-class tbody tr td:nth-child(4)").all_inner_texts()]
+    assert sorted(classes) == ["flights", "music", "weather"] and f1 == sorted(f1), (classes, f1)
+    assert cells.count() == 3 * 5 and not page.locator("#per-class-all").is_visible()  # all 3 shown
 
 
 def _assert_training_metrics(base: str, *, job_id: str) -> None:

@@ -4,7 +4,7 @@
 
 const TaasCharts = (() => {
   const NS = "http://www.w3.org/2000/svg";
-  const W = 600, H = 240, PAD = { l: 52, r: 12, t: 12, b: 30 };
+  const W = 600, H = 250, PAD = { l: 64, r: 12, t: 12, b: 44 };
   const COLORS = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c"];
 
   function node(name, attrs, parent) {
@@ -50,12 +50,33 @@ const TaasCharts = (() => {
     return a >= 0.01 ? v.toPrecision(2) : v.toExponential(1);
   }
 
+  /* Ticks on a clock's round values: every 1, 2, 5, 10, 15 or 30 s, minutes or hours (in the
+     browser's time zone), at most about n of them. */
+  const CLOCK_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+  function timeTicks(lo, hi, n) {
+    const step = CLOCK_STEPS.find((s) => s >= (hi - lo) / n) || CLOCK_STEPS[CLOCK_STEPS.length - 1];
+    const offset = new Date(lo * 1000).getTimezoneOffset() * 60;  // local midnight is a round value
+    const out = [];
+    for (let v = Math.ceil((lo - offset) / step) * step + offset; v <= hi; v += step) out.push(v);
+    return out;
+  }
+
   function clock(seconds) {
     const d = new Date(seconds * 1000);
     return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: d.getSeconds() ? "2-digit" : undefined });
   }
 
-  /* series: [{name, points: [[x, y], ...]}]; opts: {time: x is unix seconds, yMin} */
+  /* The axes' titles: x under its tick labels, y turned along the left edge. */
+  function titles(s, height, xTitle, yTitle) {
+    if (xTitle) text(s, PAD.l + (W - PAD.l - PAD.r) / 2, height - 4, xTitle, { "text-anchor": "middle", class: "axis-title" });
+    if (yTitle) {
+      const y = PAD.t + (height - PAD.t - PAD.b) / 2;
+      text(s, 12, y, yTitle, { "text-anchor": "middle", class: "axis-title", transform: `rotate(-90 12 ${y})` });
+    }
+  }
+
+  /* series: [{name, points: [[x, y], ...]}]; opts: {time: x is unix seconds, yMin, xTitle,
+     yTitle, emptyText}. Hovering reads off each series' point nearest the pointer. */
   function line(el, series, opts = {}) {
     const all = series.flatMap((s) => s.points.filter((p) => p[1] !== null && Number.isFinite(p[1])));
     if (all.length < 2) return empty(el, opts.emptyText || "No data yet.");
@@ -67,21 +88,23 @@ const TaasCharts = (() => {
     if (y1 === y0) y1 = y0 + 1;
     const sx = (x) => PAD.l + ((x - x0) / (x1 - x0)) * (W - PAD.l - PAD.r);
     const sy = (y) => H - PAD.b - ((y - y0) / (y1 - y0)) * (H - PAD.t - PAD.b);
+    const ix = (px) => x0 + ((px - PAD.l) / (W - PAD.l - PAD.r)) * (x1 - x0);  // sx inverted
+    const xLabel = (x) => (opts.time ? clock(x) : fmt(x));
     const axes = node("g", { class: "axes" }, s);
     for (const v of ticks(y0, y1, 4)) {
       node("line", { x1: PAD.l, x2: W - PAD.r, y1: sy(v), y2: sy(v), class: "grid" }, axes);
       text(axes, PAD.l - 6, sy(v) + 4, fmt(v), { "text-anchor": "end" });
     }
-    const xt = opts.time ? ticks(x0, x1, 4) : ticks(x0, x1, 5);
-    for (const v of xt) {
+    for (const v of opts.time ? timeTicks(x0, x1, 4) : ticks(x0, x1, 5)) {
       const anchor = sx(v) > W - 40 ? "end" : "middle"; // keep the last label inside the chart
-      text(axes, sx(v), H - 8, opts.time ? clock(v) : fmt(v), { "text-anchor": anchor });
+      text(axes, sx(v), H - PAD.b + 16, xLabel(v), { "text-anchor": anchor, class: "x-tick", "data-value": v });
     }
-    series.forEach((ser, i) => {
-      const pts = ser.points.filter((p) => p[1] !== null && Number.isFinite(p[1]));
+    titles(s, H, opts.xTitle, opts.yTitle);
+    const drawn = series.map((ser) => ser.points.filter((p) => p[1] !== null && Number.isFinite(p[1])));
+    drawn.forEach((pts, i) => {
       if (!pts.length) return;
       const d = pts.map((p, j) => `${j ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
-      node("path", { d, class: "series", stroke: COLORS[i % COLORS.length], "data-series": ser.name }, s);
+      node("path", { d, class: "series", stroke: COLORS[i % COLORS.length], "data-series": series[i].name }, s);
     });
     if (series.length > 1) {
       series.forEach((ser, i) => {
@@ -89,6 +112,48 @@ const TaasCharts = (() => {
         text(s, PAD.l + 22 + i * 120, PAD.t + 9, ser.name);
       });
     }
+    hover(el, s, drawn, series.map((ser) => ser.name), sx, sy, ix, xLabel);
+  }
+
+  /* A rule, a dot per series and a read-out ("x · name value") at the point nearest the pointer.
+     The pointer's place is kept on `el`, so a live chart redrawn under a still pointer keeps it. */
+  function hover(el, s, drawn, names, sx, sy, ix, xLabel) {
+    const layer = node("g", { class: "hover", visibility: "hidden" }, s);
+    const rule = node("line", { y1: PAD.t, y2: H - PAD.b, class: "rule" }, layer);
+    const dots = drawn.map((_, i) => node("circle", { r: 3.5, fill: COLORS[i % COLORS.length] }, layer));
+    const readout = text(layer, 0, PAD.t + 10, "", { class: "readout" });
+    const area = node("rect", { x: PAD.l, y: PAD.t, width: W - PAD.l - PAD.r, height: H - PAD.t - PAD.b, class: "hover-area" }, s);
+    const nearest = (pts, x) => pts.reduce((a, b) => (Math.abs(b[0] - x) < Math.abs(a[0] - x) ? b : a));
+    const show = (px) => {
+      const at = nearest(drawn.find((pts) => pts.length), ix(px));
+      const parts = [];
+      drawn.forEach((pts, i) => {
+        if (!pts.length) return dots[i].setAttribute("visibility", "hidden");
+        const p = nearest(pts, at[0]);
+        dots[i].setAttribute("cx", sx(p[0]));
+        dots[i].setAttribute("cy", sy(p[1]));
+        dots[i].setAttribute("visibility", "visible");
+        parts.push(`${names[i]} ${fmt(p[1])}`);
+      });
+      rule.setAttribute("x1", sx(at[0]));
+      rule.setAttribute("x2", sx(at[0]));
+      readout.textContent = `${xLabel(at[0])} · ${parts.join(" · ")}`;
+      const right = sx(at[0]) > W / 2;
+      readout.setAttribute("x", sx(at[0]) + (right ? -8 : 8));
+      readout.setAttribute("text-anchor", right ? "end" : "start");
+      layer.setAttribute("visibility", "visible");
+    };
+    area.addEventListener("mousemove", (event) => {
+      // the pointer in the viewBox's units (the chart may be scaled and letterboxed)
+      const pointer = new DOMPoint(event.clientX, event.clientY).matrixTransform(s.getScreenCTM().inverse());
+      el.dataset.hoverX = pointer.x;
+      show(pointer.x);
+    });
+    area.addEventListener("mouseleave", () => {
+      delete el.dataset.hoverX;
+      layer.setAttribute("visibility", "hidden");
+    });
+    if (el.dataset.hoverX !== undefined) show(Number(el.dataset.hoverX));
   }
 
   /* Vertical bars: labels[i] under a bar of height values[i]. */
@@ -105,35 +170,41 @@ const TaasCharts = (() => {
       const x = PAD.l + i * slot + slot * 0.15;
       const bar = node("rect", { x, y: sy(v), width: slot * 0.7, height: H - PAD.b - sy(v), class: "column" }, s);
       node("title", {}, bar).textContent = `${labels[i]}: ${v}`;
-      text(s, x + slot * 0.35, H - 10, labels[i], { "text-anchor": "middle" });
+      text(s, x + slot * 0.35, H - PAD.b + 16, labels[i], { "text-anchor": "middle" });
     });
+    titles(s, H, opts.xTitle, opts.yTitle);
   }
 
-  /* A square matrix (rows: true class, columns: predicted) as a heat map with counts. */
+  /* A square matrix (rows: true class, columns: predicted) as a heat map with counts, each
+     cell's count and classes on hover, the axes titled. */
   function heatmap(el, labels, matrix) {
     const n = labels.length;
     if (!n) return empty(el, "No confusion matrix.");
-    const label = 110, cell = Math.max(8, Math.min(64, (W - label) / n)), size = label + cell * n;
+    const title = 20, label = 110, cell = Math.max(8, Math.min(64, (W - label) / n));
+    const at = title + label, size = at + cell * n;  // where the cells start, and end
     const right = n <= 40 ? 80 : 0; // room for the last rotated column label
     const s = node("svg", { viewBox: `0 0 ${size + right} ${size}`, width: size + right, role: "img" });
     el.replaceChildren(s);
     const top = Math.max(1, ...matrix.flat());
     const short = (t) => (t.length > 16 ? t.slice(0, 15) + "…" : t);
+    text(s, at + (cell * n) / 2, 14, "Predicted class", { "text-anchor": "middle", class: "axis-title" });
+    const middle = at + (cell * n) / 2;
+    text(s, 14, middle, "True class", { "text-anchor": "middle", class: "axis-title", transform: `rotate(-90 14 ${middle})` });
     matrix.forEach((row, i) => {
-      if (n <= 40) text(s, label - 4, label + i * cell + cell / 2 + 4, short(labels[i]), { "text-anchor": "end" });
+      if (n <= 40) text(s, at - 4, at + i * cell + cell / 2 + 4, short(labels[i]), { "text-anchor": "end" });
       row.forEach((v, j) => {
         const r = node("rect", {
-          x: label + j * cell, y: label + i * cell, width: cell, height: cell,
+          x: at + j * cell, y: at + i * cell, width: cell, height: cell,
           fill: `rgba(37, 99, 235, ${(0.06 + 0.94 * (v / top)).toFixed(3)})`, class: "cell",
         }, s);
         node("title", {}, r).textContent = `true ${labels[i]}, predicted ${labels[j]}: ${v}`;
-        if (cell >= 22 && v) text(s, label + j * cell + cell / 2, label + i * cell + cell / 2 + 4, String(v),
+        if (cell >= 22 && v) text(s, at + j * cell + cell / 2, at + i * cell + cell / 2 + 4, String(v),
           { "text-anchor": "middle", class: v / top > 0.5 ? "on-dark" : "" });
       });
     });
     if (n <= 40) labels.forEach((t, j) => {
-      const x = label + j * cell + cell / 2;
-      text(s, x, label - 6, short(t), { transform: `rotate(-45 ${x} ${label - 6})` });
+      const x = at + j * cell + cell / 2;
+      text(s, x, at - 6, short(t), { transform: `rotate(-45 ${x} ${at - 6})` });
     });
   }
 

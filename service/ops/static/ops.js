@@ -98,6 +98,21 @@ function quotaText(name, used, limit) {
   return `${name}: ${amount(used)} of ${amount(limit)} (${share(used, limit)})`;
 }
 
+/* The evaluation's per-class table, the lowest F1 first (the classes to look at): the first
+   PER_CLASS_SHOWN, and a button for the rest. */
+const PER_CLASS_SHOWN = 15;
+let perClassAll = false;
+function perClass(table) {
+  const classes = Object.entries(table).sort(([a, x], [b, y]) => x.f1 - y.f1 || y.support - x.support || a.localeCompare(b));
+  const shown = perClassAll ? classes : classes.slice(0, PER_CLASS_SHOWN);
+  rows("per-class", shown, ([name, c]) => [name, num(c.precision, 3), num(c.recall, 3), num(c.f1, 3),
+    Number(c.support).toLocaleString("en")], "No per-class figures.");
+  const more = document.getElementById("per-class-all");
+  more.hidden = perClassAll || classes.length <= PER_CLASS_SHOWN;
+  more.textContent = `Show all ${classes.length} classes`;
+  more.onclick = () => { perClassAll = true; perClass(table); };
+}
+
 function progressBar(job) {
   const pct = Math.round(100 * (job.fraction || 0));
   const filled = el("span");
@@ -120,7 +135,7 @@ const pages = {
         `${duration(w.heartbeat_age_seconds)} ago`], data.workers_error || "No worker is running.");
       TaasCharts.line(document.getElementById("throughput"),
         [{ name: "samples/s", points: data.throughput.map((p) => [p.t, p.samples_per_second]) }],
-        { time: true, yMin: 0 });
+        { time: true, yMin: 0, xTitle: "time", yTitle: "samples/s" });
       rows("attention", data.attention, (e) => [when(e.at), el("span", { class: `event ${e.event}` }, e.event),
         jobLink(e), e.tenant, e.detail || ""], "No failures or resumes in the last day.");
     });
@@ -166,19 +181,22 @@ const pages = {
         ["Checkpoint at step", job.checkpoint_step], ["Error", job.error]]);
       document.getElementById("bar").style.width = `${Math.round(100 * job.fraction)}%`;
       const h = job.history;
-      TaasCharts.line(document.getElementById("loss-chart"), [{ name: "loss", points: h.map((p) => [p.step, p.loss]) }]);
+      TaasCharts.line(document.getElementById("loss-chart"), [{ name: "loss", points: h.map((p) => [p.step, p.loss]) }],
+        { xTitle: "step", yTitle: "training loss" });
       TaasCharts.line(document.getElementById("accuracy-chart"),
         [{ name: "validation accuracy", points: h.map((p) => [p.step, p.validation_accuracy]) }],
-        { emptyText: "Measured at each epoch's end on the validation split (none for data under ~1,000 rows)." });
+        { emptyText: "Measured at each epoch's end on the validation split (none for data under ~1,000 rows).",
+          xTitle: "step", yTitle: "accuracy" });
       TaasCharts.line(document.getElementById("rate-chart"),
-        [{ name: "samples/s", points: h.map((p) => [p.t, p.samples_per_second]) }], { time: true, yMin: 0 });
+        [{ name: "samples/s", points: h.map((p) => [p.t, p.samples_per_second]) }],
+        { time: true, yMin: 0, xTitle: "time", yTitle: "samples/s" });
       const ps = job.progress.ps || {};
       facts("ps", [["Version", ps.version], ["Pushed", ps.pushed], ["Applied", ps.applied],
         ["Direct", ps.direct], ["Learner respawns", ps.respawns], ["Push / pull / apply s",
           ps.push_s === undefined ? undefined : `${num(ps.push_s, 2)} / ${num(ps.pull_s, 2)} / ${num(ps.apply_s, 2)}`],
         ["Waited at the staleness bound s", ps.wait_s === undefined ? undefined : num(ps.wait_s, 2)]]);
       TaasCharts.bars(document.getElementById("staleness-chart"), ["0", "1", "2", "3", "4-7", "8-15", "16+"],
-        ps.staleness_histogram || []);
+        ps.staleness_histogram || [], { xTitle: "versions behind when applied", yTitle: "updates" });
       const metrics = job.model.metrics;
       document.getElementById("quality").hidden = !metrics;
       if (metrics) {
@@ -191,6 +209,7 @@ const pages = {
           ["Confusion matrix", confusion && confusion.truncated
             ? `the ${confusion.labels.length} classes most involved in errors, of ${classes || "more"}` : undefined]]);
         if (metrics.confusion) TaasCharts.heatmap(document.getElementById("confusion"), metrics.confusion.labels, metrics.confusion.matrix);
+        perClass(metrics.per_class || {});
       }
       rows("events", job.events, (e) => [when(e.at), el("span", { class: `event ${e.event}` }, e.event), e.worker || "",
         e.attempt, e.step ?? "", e.detail || ""], "No events.");

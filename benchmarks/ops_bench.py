@@ -5,10 +5,12 @@
 
 Builds a migrated SQLite database in a temporary folder holding ``--jobs`` succeeded jobs, each
 updated within the last hour with a full training history (``--points`` points, the most the
-trainer keeps), and times ``service.ops.views.overview`` and a scrape of ``/metrics``'s
-platform series. *Cold* reads with a fresh ``observe.ProgressDigests`` (every job's progress
-read and walked, as every read did before the digests were kept); *warm* reads with the one
-the previous read filled (what each 2-second poll and each scrape costs while no job changes).
+trainer keeps) and its timeline (queued, claimed, a checkpoint a minute, done), and times
+``service.ops.views.overview`` and a scrape of ``/metrics``'s platform series. *Cold* reads
+with a fresh ``observe.ProgressDigests`` (every job's progress read and walked, as every read
+did before the digests were kept) and, for the overview, a fresh
+``state_history.ActiveHistory`` (the hour's timeline walked); *warm* reads with the ones the
+previous read filled (what each 2-second poll and each scrape costs while no job changes).
 One JSON line per read: median milliseconds of each, their ratio, and the scrape's bytes.
 """
 
@@ -31,11 +33,8 @@ from sqlalchemy import create_engine  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from service.core.db import session_factory  # noqa: E402
-from service.core.models import Classifier, JobState, Tenant, TrainingJob, utcnow  # noqa: E402
-from service.ops import (
-    observe,  # noqa: E402
-    views,  # noqa: E402
-)
+from service.core.models import Classifier, JobEvent, JobState, Tenant, TrainingJob, utcnow  # noqa: E402
+from service.ops import observe, state_history, views  # noqa: E402
 from service.ops.metrics import Metrics  # noqa: E402
 from service.training.history import HISTORY_KEY  # noqa: E402
 
@@ -73,15 +72,21 @@ def _fill(session: Session, jobs: int, points: int) -> None:
             "samples_per_second": 3000.0,
             "ps": {**ps, "staleness_histogram": [1] * 7},
         }
-        session.add(
-            TrainingJob(
-                classifier_id=classifier.id,
-                tenant_id=tenant.id,
-                state=JobState.SUCCEEDED.value,
-                checkpoint_dir=f"ckpt/{i}",
-                progress={**progress, HISTORY_KEY: history},
-                updated_at=ended,
-            )
+        job = TrainingJob(
+            classifier_id=classifier.id,
+            tenant_id=tenant.id,
+            state=JobState.SUCCEEDED.value,
+            checkpoint_dir=f"ckpt/{i}",
+            progress={**progress, HISTORY_KEY: history},
+            updated_at=ended,
+        )
+        session.add(job)
+        session.flush()
+        began = ended - timedelta(seconds=points)
+        timeline = [("queued", began - timedelta(seconds=30)), ("claimed", began)]
+        timeline += [("checkpoint", began + timedelta(seconds=s)) for s in range(60, points, 60)]
+        session.add_all(
+            JobEvent(job_id=job.id, kind=kind, epoch=1, at=at) for kind, at in [*timeline, ("done", ended)]
         )
     session.commit()
 
@@ -105,18 +110,22 @@ def main() -> None:
         sessions = session_factory(create_engine(_migrated(Path(folder))))
         with sessions() as session:
             _fill(session, args.jobs, args.points)
-        warm = observe.ProgressDigests()
+        warm = (observe.ProgressDigests(), state_history.ActiveHistory())
 
-        def overview(digests: observe.ProgressDigests) -> None:
+        def overview(kept: tuple[observe.ProgressDigests, state_history.ActiveHistory]) -> None:
             with sessions() as session:
-                views.overview(session, None, digests, now=utcnow())
+                views.overview(session, None, *kept, now=utcnow())
 
         metrics = Metrics()
         metrics.watch_platform(sessions, None)
         scrape_bytes = len(generate_latest(metrics.registry))  # fills the scrape's own digests
         overview(warm)
         for name, cold_read, warm_read in (
-            ("overview", lambda: overview(observe.ProgressDigests()), lambda: overview(warm)),
+            (
+                "overview",
+                lambda: overview((observe.ProgressDigests(), state_history.ActiveHistory())),
+                lambda: overview(warm),
+            ),
             ("scrape", lambda: _cold_scrape(metrics), lambda: generate_latest(metrics.registry)),
         ):
             cold_ms, warm_ms = _median_ms(cold_read, args.repeats), _median_ms(warm_read, args.repeats)

@@ -31,7 +31,7 @@ from service.api.routes import (
 from service.api.uploads import BodyLimit
 from service.core.db import POOL_CONNECTIONS, make_engine, session_factory
 from service.core.settings import Settings, get_settings
-from service.ops import observe
+from service.ops import observe, state_history
 from service.ops.headers import OperatorHeaders
 from service.ops.metrics import Metrics, MetricsMiddleware
 from service.serving import model_cache
@@ -70,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.sessions = session_factory(engine)
         app.state.progress_digests = observe.ProgressDigests()  # the dashboard overview's
+        app.state.active_history = state_history.ActiveHistory()  # and its chart of the queue
         app.state.db_slots = anyio.Semaphore(POOL_CONNECTIONS)  # see service.api.deps._session
         app.state.store = ArtifactStore.open(settings)
         sweeper = LocalSweeper(

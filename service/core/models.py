@@ -290,7 +290,7 @@ class JobEvent(Base):
     epoch: Mapped[int] = mapped_column(Integer)
     worker_id: Mapped[str | None] = mapped_column(String(256), default=None)
     detail: Mapped[str | None] = mapped_column(Text, default=None)
-    at: Mapped[datetime] = mapped_column(default=utcnow)
+    at: Mapped[datetime] = mapped_column(default=utcnow, index=True)  # the dashboard reads by time
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     step: Mapped[int | None] = mapped_column(Integer, default=None)
 

@@ -36,7 +36,8 @@ scrape_router = Router(include_in_schema=False)
 def overview(_: OpsSessionDep, request: Request, session: SessionDep) -> dict[str, Any]:
     client = request.app.state.redis
     registry = None if client is None else WorkerRegistry(client)
-    return views.overview(session, registry, request.app.state.progress_digests, now=utcnow())
+    state = request.app.state
+    return views.overview(session, registry, state.progress_digests, state.active_history, now=utcnow())
 
 
 @router.get("/jobs")

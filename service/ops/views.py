@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from service.core.errors import NotFound
 from service.core.models import Classifier, ClassifierVersion, JobEvent, JobState, Tenant, TrainingJob
 from service.core.settings import Settings
-from service.ops import observe
+from service.ops import observe, state_history
 from service.tenants import accounts, quotas
 from service.tenants.accounts import page_count
 from service.training.history import HISTORY_KEY
@@ -40,10 +40,16 @@ class JobFilter:
 
 
 def overview(
-    session: Session, registry: WorkerRegistry | None, digests: observe.ProgressDigests, *, now: datetime
+    session: Session,
+    registry: WorkerRegistry | None,
+    digests: observe.ProgressDigests,
+    history: state_history.ActiveHistory,
+    *,
+    now: datetime,
 ) -> dict[str, Any]:
-    """Queue depth, jobs by state, running jobs, live workers (``workers_error`` says why there
-    are none when the registry cannot be read), throughput, recent failures and resumes."""
+    """Queue depth, jobs by state (now, and queued and training per minute of the last hour),
+    running jobs, live workers (``workers_error`` says why there are none when the registry
+    cannot be read), throughput, recent failures and resumes."""
     counts = observe.job_counts(session)
     running = list(
         session.scalars(
@@ -62,6 +68,7 @@ def overview(
         "workers": workers,
         "workers_error": workers_error,
         "throughput": _throughput(digests.of(session, recent).values(), now=now),
+        "active_history": history.read(session, counts, now=now),
         "attention": _attention(session, now=now),
     }
 

@@ -82,6 +82,9 @@ def test_a_tenant_key_is_refused_and_the_admin_watches_a_job_train_live_to_drawn
     assert created.status_code == 200, created.text
     # then: it shows up among the running jobs without a reload, its bar as full as its percentage
     page.wait_for_selector("#running a:text('browser-intents')", timeout=60_000)
+    # and the last hour's jobs queued and training are drawn, one line each
+    assert page.locator("#active-history svg path.series").count() == 2
+    page.screenshot(path=str(artifacts_dir / "ops-overview.png"), full_page=True)
     filled, whole, label = page.evaluate(
         """() => {
             const progress = document.querySelector("#running .progress");

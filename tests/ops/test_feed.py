@@ -17,7 +17,7 @@ from benchmarks.chaos import free_port
 from service.core.db import session_factory
 from service.core.errors import NotFound
 from service.core.models import Classifier, utcnow
-from service.ops import observe, views
+from service.ops import observe, state_history, views
 from service.training.worker_registry import WorkerInfo, WorkerRegistry, connect
 from tests.conftest import TenantHandle
 from tests.ops.conftest import INTENTS_NLC, FinishedJob
@@ -57,6 +57,8 @@ def test_overview_counts_queued_jobs_and_lists_them_in_the_job_list(
     ).json()
     # then
     assert overview["queue_depth"] >= 3 and overview["jobs_by_state"]["queued"] >= 3
+    assert len(overview["active_history"]) == 60
+    assert overview["active_history"][-1]["queued"] == overview["queue_depth"]
     assert (mine["total"], mine["pages"]) == (2, 1)
     assert {j["classifier"] for j in mine["jobs"]} == {"a", "b"} and {j["tenant"] for j in mine["jobs"]} == {
         first.name
@@ -288,7 +290,9 @@ def test_overview_lists_live_workers_idle_or_training_with_their_job(
 def test_overview_says_why_it_lists_no_worker_when_the_registry_is_unreachable(session: Session) -> None:
     down = WorkerRegistry(connect(f"redis://127.0.0.1:{free_port()}/0"))
 
-    found = views.overview(session, down, observe.ProgressDigests(), now=utcnow())
+    found = views.overview(
+        session, down, observe.ProgressDigests(), state_history.ActiveHistory(), now=utcnow()
+    )
 
     assert found["workers"] == [] and "registry (Redis) is unreachable" in found["workers_error"]
 

@@ -136,6 +136,10 @@ const pages = {
       TaasCharts.line(document.getElementById("throughput"),
         [{ name: "samples/s", points: data.throughput.map((p) => [p.t, p.samples_per_second]) }],
         { time: true, yMin: 0, xTitle: "time", yTitle: "samples/s" });
+      TaasCharts.line(document.getElementById("active-history"), [
+        { name: "queued", points: data.active_history.map((p) => [p.t, p.queued]) },
+        { name: "training", points: data.active_history.map((p) => [p.t, p.training]) },
+      ], { time: true, yMin: 0, xTitle: "time", yTitle: "jobs" });
       rows("attention", data.attention, (e) => [when(e.at), el("span", { class: `event ${e.event}` }, e.event),
         jobLink(e), e.tenant, e.detail || ""], "No failures or resumes in the last day.");
     });

@@ -75,8 +75,8 @@ const TaasCharts = (() => {
     }
   }
 
-  /* series: [{name, points: [[x, y], ...]}]; opts: {time: x is unix seconds, yMin, xTitle,
-     yTitle, emptyText}. Hovering reads off each series' point nearest the pointer. */
+  /* series: [{name, points: [[x, y], ...]}]; opts: {time: x is unix seconds, yMin, integer: y
+     counts things (no tick between whole numbers), xTitle, yTitle, emptyText}. Hovering reads off each series' point nearest the pointer. */
   function line(el, series, opts = {}) {
     const all = series.flatMap((s) => s.points.filter((p) => p[1] !== null && Number.isFinite(p[1])));
     if (all.length < 2) return empty(el, opts.emptyText || "No data yet.");
@@ -91,7 +91,7 @@ const TaasCharts = (() => {
     const ix = (px) => x0 + ((px - PAD.l) / (W - PAD.l - PAD.r)) * (x1 - x0);  // sx inverted
     const xLabel = (x) => (opts.time ? clock(x) : fmt(x));
     const axes = node("g", { class: "axes" }, s);
-    for (const v of ticks(y0, y1, 4)) {
+    for (const v of ticks(y0, y1, 4).filter((t) => !opts.integer || Number.isInteger(t))) {
       node("line", { x1: PAD.l, x2: W - PAD.r, y1: sy(v), y2: sy(v), class: "grid" }, axes);
       text(axes, PAD.l - 6, sy(v) + 4, fmt(v), { "text-anchor": "end" });
     }

@@ -139,7 +139,7 @@ const pages = {
       TaasCharts.line(document.getElementById("active-history"), [
         { name: "queued", points: data.active_history.map((p) => [p.t, p.queued]) },
         { name: "training", points: data.active_history.map((p) => [p.t, p.training]) },
-      ], { time: true, yMin: 0, xTitle: "time", yTitle: "jobs" });
+      ], { time: true, yMin: 0, integer: true, xTitle: "time", yTitle: "jobs" });
       rows("attention", data.attention, (e) => [when(e.at), el("span", { class: `event ${e.event}` }, e.event),
         jobLink(e), e.tenant, e.detail || ""], "No failures or resumes in the last day.");
     });

@@ -19,9 +19,11 @@ temperature stays 1, so ECE is then uncalibrated).
 
 Prints one JSON line per dataset and system: accuracy mean and sd over the splits, pooled
 accuracy and correct count over every validation row, pooled top-1 ECE (15 bins; null for
-the SVM), and for every system but taas the paired count of validation rows it gets right
-and taas wrong (``wins``) and the reverse (``losses``): with one validation set per split
-shared by all systems, wins against losses is the comparison with the most power.
+the SVM), ``train_s`` (a split's seconds to train and score the validation rows, mean; the
+encoder's encoding of the folder's texts, done once, not in it), and for every system but taas
+the paired count of validation rows it gets right and taas wrong (``wins``) and the reverse
+(``losses``): with one validation set per split shared by all systems, wins against losses is
+the comparison with the most power.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import dataclasses
 import json
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +117,15 @@ def _peer(system: str, train_data: LabelledData, validation: LabelledData) -> Sc
     return predicted == np.asarray(validation.labels), confidence
 
 
+def _minilm_peer(
+    system: str, train_data: LabelledData, validation: LabelledData, vectors: SentenceVectors
+) -> Score:
+    predicted = fit_peer(system, train_data, vectors.of(train_data.texts)).predict(
+        validation.texts, vectors.of(validation.texts)
+    )
+    return np.asarray(predicted) == np.asarray(validation.labels), None
+
+
 def read_train(folder: Path, max_rows: int | None = None) -> LabelledData:
     """The folder's train.csv, subsampled (stratified) to ``max_rows`` when given."""
     data = read_labelled_csv(folder / "train.csv")
@@ -134,9 +146,12 @@ def splits(
             yield np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
 
 
-def summarise(dataset: str, rows: int, runs: dict[str, list[Score]]) -> list[dict[str, object]]:
+def summarise(
+    dataset: str, rows: int, runs: dict[str, list[Score]], seconds: dict[str, list[float]] | None = None
+) -> list[dict[str, object]]:
     """One summary row per system of ``runs`` (its scores per split, the same splits for
-    all), paired against the system ``taas``."""
+    all), paired against the system ``taas``; with ``seconds`` (each split's, per system),
+    their mean."""
     summary = []
     base = np.concatenate([c for c, _ in runs["taas"]])
     for system, scored in runs.items():
@@ -154,6 +169,8 @@ def summarise(dataset: str, rows: int, runs: dict[str, list[Score]]) -> list[dic
             "validation_rows": len(correct),
             "ece": pooled_ece(scored, correct),
         }
+        if seconds is not None:
+            row["train_s"] = round(float(np.mean(seconds[system])), 2)
         if system != "taas":
             row["wins"], row["losses"] = paired(correct, base)
         summary.append(row)
@@ -193,19 +210,23 @@ def sweep(
     )
     peers = [*PEERS, *(MINILM_PEERS if encoder is not None else ())]
     runs: dict[str, list[Score]] = {system: [] for system in [*systems, *peers]}
+    seconds: dict[str, list[float]] = {system: [] for system in runs}
+
+    def timed(system: str, scored: Callable[..., Score], *args: object) -> None:
+        started = time.perf_counter()
+        runs[system].append(scored(*args))
+        seconds[system].append(time.perf_counter() - started)
+
     for train_rows, validation_rows in splits(data.labels, folds, repeats, per_repeat):
         train_data, validation = subset(data, train_rows), subset(data, validation_rows)
         for system, hparams in systems.items():
-            runs[system].append(_taas(hparams, train_data, validation, vectors))
+            timed(system, _taas, hparams, train_data, validation, vectors)
         for system in PEERS:
-            runs[system].append(_peer(system, train_data, validation))
+            timed(system, _peer, system, train_data, validation)
         if peer_vectors is not None:
             for system in MINILM_PEERS:
-                predicted = fit_peer(system, train_data, peer_vectors.of(train_data.texts)).predict(
-                    validation.texts, peer_vectors.of(validation.texts)
-                )
-                runs[system].append((np.asarray(predicted) == np.asarray(validation.labels), None))
-    return summarise(dataset_name(folder), len(data), runs)
+                timed(system, _minilm_peer, system, train_data, validation, peer_vectors)
+    return summarise(dataset_name(folder), len(data), runs, seconds)
 
 
 def split_parser(description: str) -> argparse.ArgumentParser:

@@ -341,6 +341,7 @@ def _train(
             multi_label=prepared.multi_label,
             class_weights=prepared.class_weights,
             direct_scale=model.config.direct_scale,
+            sentence_width=0 if prepared.sentence is None else prepared.sentence.dim,
         )
         if processes is not None:
             processes.start(ps, task(), data_tensors, hparams.batch_size, state.seed)

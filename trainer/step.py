@@ -118,7 +118,12 @@ class TextClassifierTask:
     targets; otherwise a softmax trained with cross-entropy against class ids, each example
     weighed by its class's entry of ``class_weights`` when given (HParams.class_balance).
     ``direct_scale``: the direct path's input scale, for a model that has one (a fourth
-    parameter, ModelConfig.direct).
+    parameter, ModelConfig.direct). ``sentence_width``: an encoder model's sentence rows, the
+    table's last rows, which every text's bag holds once each (trainer.sentence_features): their
+    gradient is summed over the batch by one (width x batch) by (batch x dim) product and
+    pushed as ``width`` rows; row by row it was 768 rows a text, most of what a step scattered
+    and the server applied (a fifth to a quarter of an encoder job's training time,
+    docs/benchmarks.md).
     """
 
     def __init__(
@@ -127,15 +132,21 @@ class TextClassifierTask:
         multi_label: bool = False,
         class_weights: torch.Tensor | None = None,
         direct_scale: float = 0.0,
+        sentence_width: int = 0,
     ) -> None:
         self.unique_rows = unique_rows
         self.multi_label = multi_label
         self.class_weights = class_weights
         self.direct_scale = direct_scale
+        self.sentence_width = sentence_width
 
     def attach(self, params: list[torch.Tensor]) -> None:
         """Bind to the server's tensors (read in place: the pull is Hogwild's, docs/parameter-server.md)."""
         self.table, *self.dense = params
+        if len(self.dense) > 2 and self.dense[2].shape[1] != self.sentence_width:
+            raise ValueError(
+                f"a direct path of {self.dense[2].shape[1]} values over {self.sentence_width} sentence rows"
+            )
         if self.class_weights is not None:
             self.class_weights = self.class_weights.to(self.table.device)
 
@@ -148,14 +159,15 @@ class TextClassifierTask:
         """Mean (binary) cross-entropy of ``batch`` and its gradient in push form."""
         weight, bias, *direct = self.dense
         ids, offsets, id_weights = batch.ids, batch.offsets, batch.weights
-        count = ids.numel()
+        count, width = ids.numel(), self.sentence_width
+        first = self.table.shape[0] - width  # the sentence rows' first
         hidden = F.embedding_bag(ids, self.table, offsets, mode="sum", per_sample_weights=id_weights)
         logits = F.linear(hidden, weight, bias)
-        if direct:
-            width = direct[0].shape[1]
+        if width:
             bags = bag_index(offsets, count)
-            sentence = sentence_matrix(ids, id_weights, bags, len(batch), self.table.shape[0] - width, width)
-            logits.addmm_(sentence, direct[0].t(), alpha=self.direct_scale)
+            sentence = sentence_matrix(ids, id_weights, bags, len(batch), first, width)
+            if direct:
+                logits.addmm_(sentence, direct[0].t(), alpha=self.direct_scale)
         if self.multi_label:
             loss = multi_label_loss(logits, batch.targets)
             grad = torch.sigmoid(logits).sub_(batch.targets.to(logits.dtype)).div_(len(batch))
@@ -174,11 +186,25 @@ class TextClassifierTask:
         dense_grads = [weight_grad, bias_grad]
         if direct:
             dense_grads.append(torch.mm(grad.t(), sentence).mul_(self.direct_scale))
-        lengths = torch.diff(offsets, append=offsets.new_full((1,), count))
+        grad_hidden = grad @ weight
         # each id's row: its bag's gradient at the hidden layer times the id's weight
-        rows_grad = (
-            (grad @ weight).repeat_interleave(lengths, 0, output_size=count).mul_(id_weights.unsqueeze(1))
-        )
+        if width:  # the n-grams' row by row, the sentence rows' summed over the batch at once
+            ngrams = torch.nonzero(ids < first).squeeze_(1)  # once: a mask indexes by nonzero each time
+            rows_grad = torch.cat(
+                (
+                    grad_hidden.index_select(0, bags.index_select(0, ngrams)).mul_(
+                        id_weights.index_select(0, ngrams).unsqueeze_(1)
+                    ),
+                    sentence.t() @ grad_hidden,
+                )
+            )
+            sentence_rows = torch.arange(first, first + width, device=ids.device)
+            ids = torch.cat((ids.index_select(0, ngrams), sentence_rows))
+        else:
+            lengths = torch.diff(offsets, append=offsets.new_full((1,), count))
+            rows_grad = grad_hidden.repeat_interleave(lengths, 0, output_size=count).mul_(
+                id_weights.unsqueeze(1)
+            )
         if self.unique_rows:
             coalesced = torch.sparse_coo_tensor(
                 ids.unsqueeze(0), rows_grad, self.table.shape, check_invariants=False

@@ -74,6 +74,7 @@ def _reference(
         multi_label=targets.ndim == 2,
         class_weights=class_weights,
         direct_scale=DIRECT_SCALE if direct else 0.0,
+        sentence_width=direct,
     )
     pool = InProcessPool(ps, task, ShardData.of(bags, targets, shared=False), batch, seed=11)
     return ps, pool.run_round(1, [0], [ROWS], lambda: False)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from benchmarks.step_bench import AutogradTask
 from trainer.features import Bags
+from trainer.ps.applier import Gradient
 from trainer.ps.learner import batches
 from trainer.step import Batch, TextClassifierTask
 
@@ -57,13 +58,14 @@ def _cases(draw: st.DrawFn) -> tuple[Bags, np.ndarray, int, bool, np.ndarray | N
     return bags, targets, classes, multi_label, class_weights
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     case=_cases(),
     unique_rows=st.booleans(),
     seed=st.integers(0, 2**16),
     direct=st.sampled_from([0, 1, 4]),
     direct_scale=st.floats(0.25, 4.0),
+    sentence_width=st.sampled_from([0, 1, 4]),
 )
 def test_the_closed_form_gradient_is_autograds(
     case: tuple[Bags, np.ndarray, int, bool, np.ndarray | None],
@@ -71,10 +73,13 @@ def test_the_closed_form_gradient_is_autograds(
     seed: int,
     direct: int,
     direct_scale: float,
+    sentence_width: int,
 ) -> None:
-    """``direct``: an encoder model's direct path reading the table's last ``direct`` rows'
-    entries (trainer.model), a fourth parameter."""
+    """``sentence_width``: an encoder model's sentence rows, the table's last (their gradient
+    summed over the batch and pushed once each); ``direct``: its direct path reading them
+    (trainer.model), a fourth parameter."""
     bags, targets, classes, multi_label, class_weights = case
+    sentence_width = direct or sentence_width
     generator = torch.Generator().manual_seed(seed)
     params = [torch.randn(TABLE, DIM, generator=generator), torch.randn(classes, DIM, generator=generator)]
     params.append(torch.randn(classes, generator=generator))
@@ -84,7 +89,11 @@ def test_the_closed_form_gradient_is_autograds(
     batch = Batch.of(bags, targets)
     closed_form, autograd = (
         kind(
-            unique_rows=unique_rows, multi_label=multi_label, class_weights=weights, direct_scale=direct_scale
+            unique_rows=unique_rows,
+            multi_label=multi_label,
+            class_weights=weights,
+            direct_scale=direct_scale,
+            sentence_width=sentence_width,
         )
         for kind in (TextClassifierTask, AutogradTask)
     )
@@ -95,11 +104,24 @@ def test_the_closed_form_gradient_is_autograds(
     expected_loss, expected = autograd.compute(None, batch)
 
     assert np.isclose(loss, expected_loss, rtol=1e-5, atol=1e-6)
-    assert torch.equal(gradient.rows, expected.rows)  # unique_rows: sorted, each once; else the ids
     assert len(gradient.rows) == len(gradient.values[0])
-    for got, want in zip(gradient.values, expected.values, strict=True):
+    if sentence_width:  # the sentence rows once each, after the n-grams': the same sum per row
+        first = TABLE - sentence_width
+        assert torch.equal(gradient.rows[gradient.rows >= first].sort().values, torch.arange(first, TABLE))
+        torch.testing.assert_close(_dense(gradient), _dense(expected), rtol=1e-5, atol=1e-5)
+    else:
+        assert torch.equal(gradient.rows, expected.rows)  # unique_rows: sorted, each once; else the ids
+        torch.testing.assert_close(gradient.values[0], expected.values[0], rtol=1e-5, atol=1e-6)
+    if unique_rows:
+        assert torch.equal(gradient.rows, gradient.rows.unique())  # sorted, each once
+    for got, want in zip(gradient.values[1:], expected.values[1:], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert all(param.grad is None and not param.requires_grad for param in params)  # nothing written
+
+
+def _dense(gradient: Gradient) -> torch.Tensor:
+    """The table's gradient as a whole (duplicate rows summed)."""
+    return torch.zeros(TABLE, DIM).index_add_(0, gradient.rows, gradient.values[0])
 
 
 @settings(max_examples=100, deadline=None)

@@ -30,6 +30,7 @@ import pytest
 
 from benchmarks.chaos import descendants, free_port, stop_tree
 from tests.conftest import empty_redis_db, redis_test_url
+from tests.processes import command_line
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -90,10 +91,22 @@ class Platform:
         """SIGTERM `taas up`; returns its exit status."""
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
+        return self.exit_status(timeout, after="SIGTERM")
+
+    def exit_status(self, timeout: float, *, after: str) -> int:
+        """`taas up`'s exit status once it exits; fails the test, with what it printed and the
+        processes it still runs, if it has not within ``timeout`` seconds (``after``: what
+        asked it to stop)."""
+        assert self.process is not None
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"taas up did not stop within {timeout}s after SIGTERM:\n{self.output()}")
+            running = [f"{pid}: {command_line(pid)}" for pid in sorted(self.process_tree())]
+            pytest.fail(
+                f"taas up did not stop within {timeout}s after {after}; still running:\n"
+                + "\n".join(running)
+                + f"\n{self.output()}"
+            )
 
     def kill(self) -> None:
         """Last resort at teardown: stop `taas up` and anything it left."""

@@ -134,7 +134,7 @@ def test_sighup_of_a_closed_terminal_stops_every_child_in_order(
 
     platform.process.send_signal(signal.SIGHUP)
 
-    assert platform.process.wait(timeout=90) == 0, platform.output()
+    assert platform.exit_status(90, after="SIGHUP") == 0, platform.output()
     assert "received SIGHUP, stopping" in platform.output()
     wait_until(lambda: not platform.still_running(children), timeout=15, message="children stopped")
 
@@ -155,7 +155,7 @@ def test_a_second_ctrl_c_stops_at_once_a_child_that_does_not_stop(
     wait_until(lambda: "stopping (Ctrl-C again" in platform.output(), timeout=15, message="stopping")
     platform.process.send_signal(signal.SIGINT)
 
-    assert platform.process.wait(timeout=10) == 0, platform.output()  # under the API's 15 s of grace
+    assert platform.exit_status(10, after="a second SIGINT") == 0, platform.output()  # under the API's 15 s
     assert "received a signal while stopping: stopping at once" in platform.output()
     wait_until(lambda: not platform.still_running(children), timeout=15, message="children stopped")
 
@@ -185,7 +185,7 @@ def test_a_first_ctrl_c_hurries_a_stop_that_a_dying_child_began(
     wait_until(reconciler_killed_until_given_up, timeout=60, interval=0.1, message="taas up gave up")
     platform.process.send_signal(signal.SIGINT)
 
-    assert platform.process.wait(timeout=10) == 1, platform.output()  # under the API's 15 s of grace
+    assert platform.exit_status(10, after="SIGINT") == 1, platform.output()  # under the API's 15 s of grace
     assert "received a signal while stopping: stopping at once" in platform.output()
 
 

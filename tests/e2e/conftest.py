@@ -47,6 +47,13 @@ def alive(pid: int) -> bool:
     return state[state.rindex(")") + 2] != "Z"
 
 
+def _as_from_a_terminal() -> None:
+    """Runs in `taas up`'s process before exec: SIGHUP at its default, as a shell in a terminal
+    leaves it. A suite started under nohup passes SIGHUP on ignored, and `taas up` keeps an
+    ignored SIGHUP ignored (as it should under nohup): the SIGHUP test then waited in vain."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @dataclass
 class Platform:
     """One `taas up` process on a data dir; start it again after stop() to test a restart."""
@@ -77,7 +84,9 @@ class Platform:
         argv = [str(taas), "up", "--port", str(self.port), "--data-dir", str(self.data_dir)]
         argv += ["--workers", str(self.workers)]
         with open(log, "wb") as out:
-            self.process = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_as_from_a_terminal
+            )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

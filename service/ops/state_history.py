@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -68,7 +67,7 @@ def active_history(session: Session, *, now: datetime) -> list[dict[str, float]]
         counts[after] -= 1
         if job_id in state:
             counts[state[job_id]] += 1
-    points: list[dict[str, Any]] = []
+    points: list[dict[str, float]] = []
     pending = iter(events)
     event = next(pending, None)
     for minute in range(first, last + 1):
@@ -79,9 +78,14 @@ def active_history(session: Session, *, now: datetime) -> list[dict[str, float]]
                 counts[state[job_id]] -= 1
             state[job_id], counts[after] = after, counts[after] + 1
             event = next(pending, None)
-        # a job deleted with its timeline leaves the counts short: never below zero
-        points.append({"t": float((minute + 1) * observe.MINUTE), **{s: max(0, counts[s]) for s in SHOWN}})
+        points.append(_point(minute, counts))
     return points
+
+
+def _point(minute: int, counts: Counter[str] | dict[str, int]) -> dict[str, float]:
+    """The chart's point at the end of ``minute`` (unix minutes): the jobs queued and training
+    (never below zero: a job deleted with its timeline leaves the walked counts short)."""
+    return {"t": float((minute + 1) * observe.MINUTE), **{s: float(max(0, counts[s])) for s in SHOWN}}
 
 
 class ActiveHistory:
@@ -103,5 +107,4 @@ class ActiveHistory:
             held = (minute, active_history(session, now=now)[:-1])
             with self._lock:
                 self._held = held
-        current = {"t": float((minute + 1) * observe.MINUTE), **{s: float(counts[s]) for s in SHOWN}}
-        return [*held[1], current]
+        return [*held[1], _point(minute, counts)]

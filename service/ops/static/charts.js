@@ -78,7 +78,8 @@ const TaasCharts = (() => {
   /* series: [{name, points: [[x, y], ...]}]; opts: {time: x is unix seconds, yMin, integer: y
      counts things (no tick between whole numbers), xTitle, yTitle, emptyText}. Hovering reads off each series' point nearest the pointer. */
   function line(el, series, opts = {}) {
-    const all = series.flatMap((s) => s.points.filter((p) => p[1] !== null && Number.isFinite(p[1])));
+    const drawn = series.map((ser) => ser.points.filter((p) => p[1] !== null && Number.isFinite(p[1])));
+    const all = drawn.flat();
     if (all.length < 2) return empty(el, opts.emptyText || "No data yet.");
     const s = svg(el);
     const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
@@ -100,7 +101,6 @@ const TaasCharts = (() => {
       text(axes, sx(v), H - PAD.b + 16, xLabel(v), { "text-anchor": anchor, class: "x-tick", "data-value": v });
     }
     titles(s, H, opts.xTitle, opts.yTitle);
-    const drawn = series.map((ser) => ser.points.filter((p) => p[1] !== null && Number.isFinite(p[1])));
     drawn.forEach((pts, i) => {
       if (!pts.length) return;
       const d = pts.map((p, j) => `${j ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
@@ -187,8 +187,8 @@ const TaasCharts = (() => {
     el.replaceChildren(s);
     const top = Math.max(1, ...matrix.flat());
     const short = (t) => (t.length > 16 ? t.slice(0, 15) + "…" : t);
-    text(s, at + (cell * n) / 2, 14, "Predicted class", { "text-anchor": "middle", class: "axis-title" });
     const middle = at + (cell * n) / 2;
+    text(s, middle, 14, "Predicted class", { "text-anchor": "middle", class: "axis-title" });
     text(s, 14, middle, "True class", { "text-anchor": "middle", class: "axis-title", transform: `rotate(-90 14 ${middle})` });
     matrix.forEach((row, i) => {
       if (n <= 40) text(s, at - 4, at + i * cell + cell / 2 + 4, short(labels[i]), { "text-anchor": "end" });

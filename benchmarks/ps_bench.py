@@ -249,6 +249,11 @@ def run_mode(
     time.sleep(_WARMUP_S)
     c0, t0, a0 = int(view[:, 0].sum()), time.perf_counter(), _apply_s(ps)
     time.sleep(seconds)
+    # At least one step in the window: on a loaded machine a learner may not be scheduled for
+    # the whole of a short window, and a rate of 0 would only say the machine was busy.
+    deadline = time.monotonic() + 120
+    while int(view[:, 0].sum()) == c0 and time.monotonic() < deadline:
+        time.sleep(0.001)
     c1, t1, a1 = int(view[:, 0].sum()), time.perf_counter(), _apply_s(ps)
     # Stop every process at the same step count, so DDP's collectives all complete.
     ctl[_STOP_AT] = int(view[:, 0].max()) // batch + 3
@@ -363,7 +368,7 @@ def main() -> None:
                     rate, stats = run_mode(
                         mode, kind, batch, args.learners, args.seconds, args.staleness_bound
                     )
-                    if rate > best.get(mode, 0.0):
+                    if mode not in best or rate > best[mode]:
                         best[mode] = rate
                         if stats is not None:
                             busy[mode] = stats["apply_busy"]

@@ -24,6 +24,7 @@ from service.api.routes import (
     classify,
     datasets,
     docs,
+    evaluations,
     health,
     versions,
     webhooks,
@@ -123,7 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     openapi.install(app)
     app.fast_classify = FastClassify(app.state, metrics, fallback=super(TaasAPI, app).__call__)
     # NLC create, a new version, a bundle import, a dataset upload.
-    upload_paths = re.compile(r"/v1/classifiers(/import|/[^/]+/versions)?|/v1/datasets")
+    upload_paths = re.compile(r"/v1/classifiers(/import|/[^/]+/versions|/[^/]+/evaluate)?|/v1/datasets")
     app.add_middleware(
         BodyLimit,
         upload_bytes=settings.max_upload_bytes,
@@ -139,7 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(CompressReplies)
     app.add_middleware(OperatorHeaders)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for module in (classifiers, classify, versions, bundles, datasets, webhooks, admin, health):
+    for module in (classifiers, classify, versions, evaluations, bundles, datasets, webhooks, admin, health):
         app.include_router(module.router)
     docs.install(app)
     ops.install(app)

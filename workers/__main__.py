@@ -1,4 +1,5 @@
-"""``python -m workers [--quiet] [celery worker options]``: one Celery worker on the training queue.
+"""``python -m workers [--quiet] [celery worker options]``: one Celery worker on the training and
+evaluation queues.
 
 The solo pool runs the task in the worker's main process, which must not be a daemon: the
 trainer starts its own learner processes. They fork from the trainer's fork server
@@ -13,7 +14,7 @@ import socket
 import sys
 
 from service.core.settings import get_settings
-from service.training.queue import TRAINING_QUEUE
+from service.training.queue import EVALUATION_QUEUE, TRAINING_QUEUE
 from trainer.processes import start_fork_server
 from workers.app import celery_app, fixed_option, worker_argv
 
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
             [
                 "--pool=solo",
                 "--concurrency=1",
-                f"--queues={TRAINING_QUEUE}",
+                f"--queues={TRAINING_QUEUE},{EVALUATION_QUEUE}",
                 f"--hostname=taas-{os.getpid()}@{socket.gethostname()}",
                 "--without-gossip",
                 "--without-mingle",

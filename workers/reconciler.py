@@ -11,9 +11,12 @@ Every ``reconcile_every_seconds`` (sooner when a back-off ends before that), one
    ``requeue_grace_seconds`` and no spare message covers it (a message wakes a worker that takes
    the fairest job, so one naming a job already taken stands for any other). A message too many
    is harmless: claiming is a compare-and-set, and a worker that finds nothing returns.
-3. **Staging sweep** — staging files untouched for ``temp_max_age_seconds`` (an upload cut off
+3. **Evaluations** — a running evaluation whose lease expired goes back to the queue (Failed
+   after ``max_attempts`` claims), and a queued one whose ``taas.evaluate`` message is missing
+   from the evaluation queue for longer than ``requeue_grace_seconds`` is sent again.
+4. **Staging sweep** — staging files untouched for ``temp_max_age_seconds`` (an upload cut off
    by an API crash) are deleted.
-4. **Unrecorded files** — every ``temp_max_age_seconds``, stored files and folders that no row
+5. **Unrecorded files** — every ``temp_max_age_seconds``, stored files and folders that no row
    records and nothing touched for as long (a crash between storing a file and committing its
    row) are deleted (:mod:`workers.unrecorded`).
 
@@ -41,9 +44,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.core.db import make_engine, session_factory
 from service.core.settings import Settings, get_settings
 from service.storage.store import ArtifactStore
+from service.training import evaluations
 from service.training.job_views import expired_jobs, jobs_to_send, next_not_before
 from service.training.jobs import BackOff, mark_enqueued, requeue_expired
-from service.training.queue import TRAINING_QUEUE, enqueue_training
+from service.training.queue import EVALUATION_QUEUE, TRAINING_QUEUE, enqueue_evaluation, enqueue_training
 from workers.unrecorded import sweep_unrecorded
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,9 @@ class ReconcileReport:
     requeued: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     sent: list[str] = field(default_factory=list)
+    evaluations_requeued: list[str] = field(default_factory=list)
+    evaluations_failed: list[str] = field(default_factory=list)
+    evaluations_sent: list[str] = field(default_factory=list)
     swept: int = 0
     broker_error: str | None = None
 
@@ -85,9 +92,17 @@ def reconcile_once(settings: Settings, sessions: sessionmaker[Session], *, now: 
         except (redis.RedisError, KombuOperationalError, OSError) as error:
             # Redis is down: the jobs stay queued in the database and are sent on a later pass.
             report.broker_error = str(error)
+        _reconcile_evaluations(settings, session, report, now=now)
     store = ArtifactStore(settings.resolved_artifacts_dir())
     report.swept = store.sweep_staging(settings.temp_max_age_seconds)
-    for name in ("requeued", "failed", "sent"):
+    for name in (
+        "requeued",
+        "failed",
+        "sent",
+        "evaluations_requeued",
+        "evaluations_failed",
+        "evaluations_sent",
+    ):
         if getattr(report, name):
             log.info("reconciler: %s %s", name, getattr(report, name))
     if report.broker_error:
@@ -95,12 +110,36 @@ def reconcile_once(settings: Settings, sessions: sessionmaker[Session], *, now: 
     return report
 
 
-def queued_job_ids(redis_url: str) -> list[str]:
-    """The job id of each ``taas.train`` message waiting in the Redis training queue (a job
-    with two messages appears twice)."""
+def _reconcile_evaluations(
+    settings: Settings, session: Session, report: ReconcileReport, *, now: datetime
+) -> None:
+    """Step 3: expired evaluations back to the queue (or Failed), lost messages sent again."""
+    moved = evaluations.requeue_expired(session, now=now, max_attempts=settings.max_attempts)
+    report.evaluations_requeued += moved["requeued"]
+    report.evaluations_failed += moved["failed"]
+    if report.broker_error is not None:
+        return
+    try:
+        due = evaluations.evaluations_to_send(
+            session,
+            now=now,
+            grace=timedelta(seconds=settings.requeue_grace_seconds),
+            in_queue=queued_job_ids(settings.require_redis_url(), EVALUATION_QUEUE),
+        )
+        for evaluation_id in due:
+            enqueue_evaluation(settings, evaluation_id)
+            evaluations.mark_enqueued(session, evaluation_id, now=now)
+            report.evaluations_sent.append(evaluation_id)
+    except (redis.RedisError, KombuOperationalError, OSError) as error:
+        report.broker_error = str(error)
+
+
+def queued_job_ids(redis_url: str, queue: str = TRAINING_QUEUE) -> list[str]:
+    """The job (or evaluation) id of each message waiting in a Redis queue (one with two
+    messages appears twice)."""
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
     try:
-        raw = client.lrange(TRAINING_QUEUE, 0, -1)
+        raw = client.lrange(queue, 0, -1)
     finally:
         client.close()
     found: list[str] = []

@@ -11,9 +11,10 @@ from celery.signals import worker_shutting_down
 
 from service.core.db import session_factory, shared_engine
 from service.core.settings import get_settings
-from service.training.queue import TRAIN_TASK
+from service.training.queue import EVALUATE_TASK, EVALUATION_QUEUE, TRAIN_TASK
 from service.training.scheduling import reserve_fair_job
 from workers.app import celery_app
+from workers.evaluation_run import run_evaluation
 from workers.heartbeat import training, worker_identity
 from workers.training_run import JobInterrupted, run_training_job
 
@@ -83,3 +84,12 @@ def train(job_id: str) -> None:
         # an expected end: one INFO line without a traceback (_RequeueIsNotAWarning); not
         # chained, so the Reject does not carry the whole trainer's stack with it
         raise Reject(str(interrupted), requeue=True) from None
+
+
+@celery_app.task(name=EVALUATE_TASK, queue=EVALUATION_QUEUE, acks_late=True, ignore_result=True)
+def evaluate(evaluation_id: str) -> None:
+    """Score a version on a tenant's test rows (:func:`workers.evaluation_run.run_evaluation`).
+    A duplicate message, or one for an evaluation deleted or finished, does nothing; a worker
+    lost mid-run leaves a lease that expires, and the reconciler sends the evaluation again."""
+    outcome = run_evaluation(evaluation_id, get_settings())
+    log.info("evaluation %s: %s", evaluation_id, outcome)

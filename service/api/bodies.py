@@ -90,6 +90,18 @@ class DatasetUpload(BaseModel):
     name: str | None = Field(None, description="The dataset's name.")
 
 
+class TestUpload(BaseModel):
+    """``POST /v1/classifiers/{id}/evaluate`` as a multipart form (the part may also be named ``file``)."""
+
+    test_data: bytes = Field(
+        description="NLC's CSV without a header (`text,class[,class...]`), CSV with a header naming "
+        "`text` and `label`, or JSON Lines.",
+        json_schema_extra={
+            "examples": ["text,label\nis it cold outside,temperature\nwill it snow,conditions\n"]
+        },
+    )
+
+
 def request_body(
     *,
     multipart: type[BaseModel] | None = None,
@@ -142,3 +154,4 @@ NEW_VERSION = request_body(
 )
 BUNDLE_IMPORT = request_body(multipart=BundleUpload, raw=("application/gzip", "application/octet-stream"))
 DATASET_UPLOAD = request_body(multipart=DatasetUpload, raw=("text/csv", "application/x-ndjson"))
+TEST_UPLOAD = request_body(multipart=TestUpload, raw=("text/csv", "application/x-ndjson"))

@@ -1,4 +1,4 @@
-"""Turn received uploads into domain calls: NLC create, JSON create, dataset upload.
+"""Turn received uploads into domain calls: NLC create, JSON create, dataset upload, evaluation.
 
 Blocking (validation, file moves, the upload to a remote store): routes run these in the thread
 pool. Each one discards the spooled upload whatever happens. An upload is validated and stored
@@ -22,18 +22,29 @@ from service.api.deps import blocking_without_db_slot
 from service.api.schemas import CreateFromDataset, VersionFromDataset
 from service.api.uploads import RAW_BODY, Upload
 from service.catalogue import classifiers, datasets, versions
+from service.catalogue.test_data import TEST_DATA, read_test_file
 from service.catalogue.training_data import InputFormat, Limits, check_negatives_allowed
-from service.core.errors import BadRequest
-from service.core.models import Classifier, ClassifierMode, ClassifierVersion, Dataset, Promote, utcnow
+from service.core.errors import BadRequest, Conflict
+from service.core.models import (
+    Classifier,
+    ClassifierMode,
+    ClassifierVersion,
+    Dataset,
+    Evaluation,
+    Promote,
+    utcnow,
+)
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore
 from service.tenants import quotas
+from service.training import evaluations
 from service.webhooks.callback_urls import UnsafeCallback, check_callback_url
 
 _Choice = TypeVar("_Choice", bound=StrEnum)
 TRAINING_DATA = "training_data"
 TRAINING_METADATA = "training_metadata"
 DATASET_PARTS = frozenset({TRAINING_DATA, "file"})
+TEST_PARTS = frozenset({TEST_DATA, "file"})
 
 
 def classifier_from_upload(
@@ -184,6 +195,44 @@ def dataset_from_upload(
         return datasets.create_dataset(session, store, staged, name=checked, now=utcnow())
     finally:
         upload.discard()
+
+
+def evaluation_from_upload(
+    upload: Upload,
+    session: Session,
+    store: ArtifactStore,
+    settings: Settings,
+    classifier: Classifier,
+    version: int | None,
+    name: str | None,
+) -> Evaluation:
+    """An evaluation of ``version`` (default: the serving one) on a test file sent as a
+    ``test_data`` (or ``file``) part or as the raw body, checked, then recorded queued."""
+    try:
+        sent = [upload.files[p] for p in (TEST_DATA, "file", RAW_BODY) if p in upload.files]
+        if len(sent) != 1:
+            raise BadRequest(TEST_DATA, "send the test file once: a 'test_data' part or the raw body")
+        number = version if version is not None else classifier.serving_version
+        if number is None:
+            raise Conflict("no version of the classifier serves yet: name one with ?version=N")
+        found = versions.get_version(session, classifier, number)
+        scratch = store.temp_path(".csv", owner=classifier.tenant_id)
+        multi_label = classifier.mode == ClassifierMode.MULTI_LABEL.value
+        data = blocking_without_db_slot(
+            session,
+            lambda: read_test_file(sent[0], scratch, Limits.from_settings(settings), multi_label=multi_label),
+        )
+    finally:
+        upload.discard()
+    return evaluations.create_evaluation(
+        session,
+        classifier,
+        found,
+        name=name or "test data",
+        texts=data.texts,
+        labels=data.labels,
+        now=utcnow(),
+    )
 
 
 def _name(query: str | None, upload: Upload) -> str:

@@ -35,6 +35,8 @@ from service.client.models import (
     ClassifierSummary,
     Dataset,
     DatasetReport,
+    Evaluation,
+    EvaluationList,
     Metrics,
     TrainingEvents,
     Version,
@@ -186,6 +188,49 @@ class Api(AdminCalls):
         if version is None:
             return self.get_classifier(classifier_id)["metrics"]
         return self.get_version(classifier_id, version)["metrics"]
+
+    # --- evaluations on a test file (extension) -----------------------------------------------
+
+    def evaluate(
+        self, classifier_id: str, file: Path, *, version: int | None = None, name: str | None = None
+    ) -> Evaluation:
+        """Score the serving version (or ``version``) on FILE (NLC's CSV, CSV with a text,label
+        header, or JSON Lines) as a job on the workers; the reply is the queued evaluation."""
+        params: dict[str, Any] = {"name": name or file.name}
+        if version is not None:
+            params["version"] = version
+        kind = "application/x-ndjson" if file.suffix.lower() in {".jsonl", ".ndjson"} else "text/csv"
+        path = segments("classifiers", classifier_id, "evaluate")
+        with _open(file) as data:
+            queued: Evaluation = self.call(
+                "POST", path, params=params, content=data, headers={"Content-Type": kind}
+            )
+        return queued
+
+    def get_evaluation(self, classifier_id: str, evaluation_id: str) -> Evaluation:
+        """One evaluation, with its report once completed."""
+        found: Evaluation = self.call(
+            "GET", segments("classifiers", classifier_id, "evaluations", evaluation_id)
+        )
+        return found
+
+    def list_evaluations(self, classifier_id: str, *, version: int | None = None) -> EvaluationList:
+        """The classifier's evaluations, newest first, without their reports."""
+        params = {} if version is None else {"version": version}
+        path = segments("classifiers", classifier_id, "evaluations")
+        found: EvaluationList = self.call("GET", path, params=params)
+        return found
+
+    def evaluation_page(self, classifier_id: str, evaluation_id: str) -> str:
+        """A completed evaluation's report as one self-contained HTML page."""
+        path = segments("classifiers", classifier_id, "evaluations", evaluation_id, "report.html")
+        with self._sending("GET", path, {}) as reply:
+            reply.read()
+            return reply.text
+
+    def delete_evaluation(self, classifier_id: str, evaluation_id: str) -> None:
+        """Delete an evaluation and its report."""
+        self.call("DELETE", segments("classifiers", classifier_id, "evaluations", evaluation_id))
 
     # --- versions (extension) ----------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The client commands of ``taas``: log in, upload, train (with a live progress bar,
 :mod:`service.client.follow`), classify, try texts one by one (:mod:`service.client.shell`),
+score a classifier on a test file (:mod:`service.client.eval_command`),
 manage classifiers and their versions (:mod:`service.client.classifier_commands`) and, with the
 admin key, tenants (:mod:`service.client.admin`). A classifier or dataset is named by its id, a
 unique start of its id, or its name.
@@ -25,6 +26,7 @@ from service.client.api import Api
 from service.client.classifier_commands import classifiers
 from service.client.dataset_report import dataset_sections
 from service.client.errors import ClientError
+from service.client.eval_command import evaluate
 from service.client.follow import settle
 from service.client.paths import segments
 from service.client.shell import in_scope_cell, shell
@@ -49,6 +51,7 @@ def register(cli: typer.Typer) -> None:
     cli.command(name="login")(login)
     cli.command(name="train")(train)
     cli.command(name="classify")(classify)
+    cli.command(name="eval")(evaluate)
     cli.command(name="shell")(shell)
     cli.add_typer(datasets, name="datasets")
     cli.add_typer(classifiers, name="classifiers")

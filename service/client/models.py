@@ -174,3 +174,28 @@ class Quotas(TypedDict):
     overrides: dict[str, int | None]
     defaults: dict[str, int]
     usage: dict[str, int]
+
+
+class Evaluation(TypedDict):
+    """A version scored on a test file (extension): ``status`` queued, running, completed (with
+    its ``report``) or failed (with its ``error``)."""
+
+    evaluation_id: str
+    classifier_id: str
+    version: int
+    name: str
+    status: str
+    rows: int
+    done: int
+    created: str
+    started: str | None
+    finished: str | None
+    error: str | None
+    url: str
+    report_html_url: str
+    report: dict[str, Any] | None
+
+
+class EvaluationList(TypedDict):
+    classifier_id: str
+    evaluations: list[Evaluation]

@@ -88,6 +88,16 @@ ACTIVE_STATES = (JobState.QUEUED.value, JobState.TRAINING.value)
 MAY_TRAIN_STATES = (*ACTIVE_STATES, JobState.CANCELLED.value)
 
 
+class EvaluationState(enum.StrEnum):
+    """Where an evaluation (a version scored on a tenant's test file) is; only
+    ``service.training.evaluations`` moves it."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
 class ClassifierStatus(enum.StrEnum):
     """NLC v1 classifier status values, exactly as the wire spells them."""
 
@@ -353,3 +363,33 @@ class TenantQuota(Base):
     datasets: Mapped[int | None] = mapped_column(Integer, default=None)  # revision 0006
     classify_rps: Mapped[int | None] = mapped_column(Integer, default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Evaluation(Base):
+    """One version scored on a tenant's test rows (revision 0011): a job a worker runs under a
+    lease, like training, fenced by ``attempt``. The rows wait in ``test_rows`` (JSON: texts and
+    labels) until the report (``report``, :mod:`trainer.evaluation_report`) replaces them; it is
+    kept with the version and goes with it."""
+
+    __tablename__ = "evaluations"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    classifier_id: Mapped[str] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"), index=True)
+    version_id: Mapped[str] = mapped_column(
+        ForeignKey("classifier_versions.id", ondelete="CASCADE"), index=True
+    )
+    version: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(256))  # the test file's, as the tenant named it
+    state: Mapped[str] = mapped_column(String(16), default=EvaluationState.QUEUED.value, index=True)
+    rows: Mapped[int] = mapped_column(Integer)
+    done: Mapped[int] = mapped_column(Integer, default=0)  # texts answered so far
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    enqueued_at: Mapped[datetime | None] = mapped_column(default=None)
+    test_rows: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    report: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -1,5 +1,5 @@
-"""Producer side of the queues: the API sends ``taas.train(job_id)`` and
-``taas.deliver_webhook(event_id)`` by name.
+"""Producer side of the queues: the API sends ``taas.train(job_id)``,
+``taas.evaluate(evaluation_id)`` and ``taas.deliver_webhook(event_id)`` by name.
 
 The service never imports ``workers``; ``workers.tasks`` registers the task under
 :data:`TRAIN_TASK`, ``workers.webhooks`` the one under :data:`WEBHOOK_TASK`, which has a queue of
@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 
 TRAIN_TASK = "taas.train"
 TRAINING_QUEUE = "training"
+EVALUATE_TASK = "taas.evaluate"
+# Training workers consume this queue too; one of its own, so that an evaluation (seconds) does
+# not wait behind every training job queued before it, only for a worker to end its current one.
+EVALUATION_QUEUE = "evaluations"
 WEBHOOK_TASK = "taas.deliver_webhook"
 WEBHOOK_QUEUE = "webhooks"
 SEND_TIMEOUT_SECONDS = 3
@@ -50,6 +54,25 @@ def wake_worker(settings: Settings, job_id: str) -> None:
         enqueue_training(settings, job_id)
     except Exception as exc:
         log.warning("could not enqueue job %s (%s); it stays queued for the reconciler", job_id, exc)
+
+
+def enqueue_evaluation(settings: Settings, evaluation_id: str) -> None:
+    """Send one ``taas.evaluate(evaluation_id)`` message to the evaluation queue (errors as
+    :func:`enqueue_training`)."""
+    _producer(settings.require_redis_url()).send_task(
+        EVALUATE_TASK, args=[evaluation_id], queue=EVALUATION_QUEUE, retry=True, retry_policy=_SEND_RETRY
+    )
+
+
+def wake_evaluator(settings: Settings, evaluation_id: str) -> None:
+    """:func:`enqueue_evaluation`, or one warning line where the broker cannot take the message:
+    the evaluation stays queued and the reconciler sends its message."""
+    try:
+        enqueue_evaluation(settings, evaluation_id)
+    except Exception as exc:
+        log.warning(
+            "could not enqueue evaluation %s (%s); it stays queued for the reconciler", evaluation_id, exc
+        )
 
 
 def enqueue_webhook(settings: Settings, event_id: str) -> None:

@@ -83,6 +83,21 @@ def test_admin_and_tenant_work_through_the_client(
     assert (
         junk.exit_code == 1 and junk.stderr.count("\n") == 1 and "not a complete taas bundle" in junk.stderr
     )
+    # evaluation on a test file of the tenant's own, run by the platform's worker
+    test_file = tmp_path / "holdout.csv"
+    test_file.write_text("book a flight to lima,flights\nplay some jazz in lima,music\norder a pizza,food\n")
+    page = tmp_path / "report.html"
+    scored = taas("eval", "cli-intents", str(test_file), "--html", str(page))
+    assert scored.exit_code == 0, scored.output
+    assert "version 1 on holdout.csv: 3 rows; accuracy" in scored.stdout
+    assert "! food: 1 rows of a class the version never saw" in scored.stdout
+    assert "weakest classes" in scored.stdout and "order a pizza" in scored.stdout  # its confused pair
+    assert f"report page saved to {page}" in scored.stdout and "order a pizza" in page.read_text()
+    evaluation = _json(taas("eval", classifier_id, str(test_file), "--json"))
+    assert evaluation["status"] == "completed" and evaluation["report"]["rows"] == 3  # type: ignore[index]
+    assert evaluation["report"]["per_class"][0]["class_name"] == "flights"  # type: ignore[index]
+    missing_file = taas("eval", classifier_id, str(tmp_path / "nope.csv"))
+    assert missing_file.exit_code == 1 and "cannot read" in missing_file.stderr
     # versions: retrain on the NLC CSV (waiting), list them, roll back to version 1
     retrained = _json(taas("classifiers", "retrain", classifier_id, str(intents_nlc), "--wait", "--json"))
     assert (retrained["version"], retrained["status"], retrained["serving"]) == (2, "Available", True)  # type: ignore[index]

@@ -1,4 +1,5 @@
-"""Fixtures for the security tests: two tenants, each with an Available classifier and a dataset."""
+"""Fixtures for the security tests: two tenants, each with an Available classifier, an
+evaluation of it and a dataset."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Estate:
     tenant: Any
     classifier: dict[str, Any]  # the create reply of an Available classifier
     dataset: dict[str, Any]  # the upload reply
+    evaluation: dict[str, Any]  # the evaluate reply (queued) of the classifier
 
 
 @pytest.fixture
@@ -42,7 +44,8 @@ def estate_factory(
     store: ArtifactStore,
     tiny_model: Path,
 ) -> Callable[[], Estate]:
-    """``estate_factory()``: a new tenant with an Available classifier and an uploaded dataset."""
+    """``estate_factory()``: a new tenant with an Available classifier, an evaluation of it and an
+    uploaded dataset."""
 
     def build() -> Estate:
         tenant = tenant_factory()
@@ -53,7 +56,13 @@ def estate_factory(
             "/v1/datasets?name=mine", content=LABELLED, headers={**tenant.headers, "Content-Type": "text/csv"}
         )
         assert dataset.status_code == 201, dataset.text
-        return Estate(tenant, created.json(), dataset.json())
+        evaluation = client.post(
+            f"/v1/classifiers/{created.json()['classifier_id']}/evaluate",
+            content=LABELLED,
+            headers={**tenant.headers, "Content-Type": "text/csv"},
+        )
+        assert evaluation.status_code == 202, evaluation.text
+        return Estate(tenant, created.json(), dataset.json(), evaluation.json())
 
     return build
 

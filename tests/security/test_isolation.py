@@ -45,6 +45,11 @@ ID_ROUTES = [
     ("DELETE", "/v1/classifiers/{classifier_id}/versions/{version}"),
     ("POST", "/v1/classifiers/{classifier_id}/versions/{version}/promote"),
     ("GET", "/v1/classifiers/{classifier_id}/versions/{version}/bundle"),
+    ("POST", "/v1/classifiers/{classifier_id}/evaluate"),
+    ("GET", "/v1/classifiers/{classifier_id}/evaluations"),
+    ("GET", "/v1/classifiers/{classifier_id}/evaluations/{evaluation_id}"),
+    ("DELETE", "/v1/classifiers/{classifier_id}/evaluations/{evaluation_id}"),
+    ("GET", "/v1/classifiers/{classifier_id}/evaluations/{evaluation_id}/report.html"),
     ("GET", "/v1/datasets/{dataset_id}"),
     ("GET", "/v1/datasets/{dataset_id}/report"),
     ("DELETE", "/v1/datasets/{dataset_id}"),
@@ -83,8 +88,14 @@ def test_another_tenants_id_is_404_exactly_like_an_unknown_one(
         "classifier_id": alice.classifier["classifier_id"],
         "dataset_id": alice.dataset["dataset_id"],
         "version": "1",
+        "evaluation_id": alice.evaluation["evaluation_id"],
     }
-    unknown = {"classifier_id": str(uuid.uuid4()), "dataset_id": str(uuid.uuid4()), "version": "1"}
+    unknown = {
+        "classifier_id": str(uuid.uuid4()),
+        "dataset_id": str(uuid.uuid4()),
+        "version": "1",
+        "evaluation_id": str(uuid.uuid4()),
+    }
 
     foreign = _call(client, method, template, theirs, bob.tenant.headers)
     missing = _call(client, method, template, unknown, bob.tenant.headers)
@@ -99,6 +110,7 @@ def test_another_tenants_id_is_404_exactly_like_an_unknown_one(
         client.get(f"/v1/classifiers/{theirs['classifier_id']}", headers=own).json()["status"] == "Available"
     )
     assert client.get(f"/v1/datasets/{theirs['dataset_id']}", headers=own).status_code == 200
+    assert client.get(alice.evaluation["url"], headers=own).status_code == 200
 
 
 def test_urls_copied_from_another_tenants_replies_are_404(
@@ -106,7 +118,14 @@ def test_urls_copied_from_another_tenants_replies_are_404(
 ) -> None:
     alice, bob = estate_factory(), estate_factory()
 
-    for url in (alice.classifier["url"], alice.dataset["url"], alice.classifier["url"] + "/classify"):
+    copied = (
+        alice.classifier["url"],
+        alice.dataset["url"],
+        alice.classifier["url"] + "/classify",
+        alice.evaluation["url"],
+        alice.evaluation["report_html_url"],
+    )
+    for url in copied:
         path = urlsplit(url).path
         method = "POST" if path.endswith("/classify") else "GET"
         reply = client.request(method, path, json=BODIES["classify"], headers=bob.tenant.headers)

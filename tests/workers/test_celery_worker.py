@@ -17,8 +17,20 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from benchmarks.chaos import NGRAM_LANGUAGE
-from service.core.models import Classifier, ClassifierStatus, JobEvent, JobState, TrainingJob
+from service.core.models import (
+    Classifier,
+    ClassifierStatus,
+    ClassifierVersion,
+    Evaluation,
+    EvaluationState,
+    JobEvent,
+    JobState,
+    TrainingJob,
+    utcnow,
+)
 from service.core.settings import Settings
+from service.training import evaluations
+from service.training.queue import enqueue_evaluation
 from tests.conftest import empty_redis_db, migrated_database, redis_test_url
 
 pytestmark = pytest.mark.integration
@@ -80,10 +92,39 @@ def test_worker_process_trains_a_job_enqueued_by_task_name(
         interval=0.2,
         message=f"job trained by the worker process; its log: {tmp_path / 'worker-0.log'}",
     )
-    worker.terminate()
-    assert worker.wait(timeout=30) == 0, (tmp_path / "worker-0.log").read_text(errors="replace")
     classifier = session.get(Classifier, queued.classifier_id)
     assert classifier is not None and classifier.status == ClassifierStatus.AVAILABLE
+
+    # an evaluation goes by its own queue, which the same worker consumes
+    version = session.scalars(
+        select(ClassifierVersion).where(ClassifierVersion.classifier_id == classifier.id)
+    ).one()
+    texts = ["will it rain in rome", "book a flight to rome", "play some jazz in rome"]
+    evaluation = evaluations.create_evaluation(
+        session,
+        classifier,
+        version,
+        name="t",
+        texts=texts,
+        labels=["weather", "flights", "music"],
+        now=utcnow(),
+    )
+    enqueue_evaluation(settings, evaluation.id)
+    wait_until(
+        lambda: _evaluation_state(session, evaluation.id) == EvaluationState.COMPLETED,
+        timeout=60,
+        interval=0.2,
+        message=f"evaluation run by the worker process; its log: {tmp_path / 'worker-0.log'}",
+    )
+    report = session.get(Evaluation, evaluation.id).report  # type: ignore[union-attr]
+    assert report is not None and report["n"] == 3 and report["accuracy"] == 1.0
+    worker.terminate()
+    assert worker.wait(timeout=30) == 0, (tmp_path / "worker-0.log").read_text(errors="replace")
+
+
+def _evaluation_state(session: Session, evaluation_id: str) -> str | None:
+    session.rollback()
+    return session.scalar(select(Evaluation.state).where(Evaluation.id == evaluation_id))
 
 
 @pytest.mark.slow

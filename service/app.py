@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 from service import ops
 from service.api import errors, openapi
 from service.api.compression import CompressReplies
+from service.api.console import pages as console_pages
 from service.api.cross_site import CrossSiteGuard
 from service.api.deps import utf8_query
 from service.api.fast_classify import FastClassify
@@ -143,5 +144,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (classifiers, classify, versions, evaluations, bundles, datasets, webhooks, admin, health):
         app.include_router(module.router)
     docs.install(app)
+    console_pages.install(app)
     ops.install(app)
     return app

@@ -1,6 +1,7 @@
 """The examples of docs/api.md and docs/cli.md marked ``<!-- example -->`` run as written.
 
-They run in order against the API on a socket (SQLite), with the variables the docs use: ``$TAAS``
+They run in order against the API on a socket (SQLite), beside a thread that runs each queued
+evaluation as a worker's ``taas.evaluate`` task does, with the variables the docs use: ``$TAAS``
 (its URL), ``$KEY`` (a tenant's key), ``$ID`` (that tenant's ``Available`` classifier named
 ``weather``), ``$DS`` (its dataset), ``$TID`` (the tenant) and ``$ADMIN`` (the admin key); the
 ``taas`` command logged in as the tenant, and ``curl`` failing on a ``4xx`` or ``5xx``
@@ -13,19 +14,24 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import Engine, select
 
 from service.app import create_app
 from service.core.db import make_engine, session_factory
+from service.core.models import Evaluation
 from service.core.settings import Settings
 from service.storage.store import ArtifactStore
 from tests.conftest import ADMIN_KEY, REDIS_TEST_URL, REPO_ROOT, SECRETS_KEY, migrated_database
 from tests.service.conftest import tiny_model  # noqa: F401  (a fixture)
 from tests.service.helpers import make_available, nlc_files, serving_in_thread
+from workers.evaluation_run import run_evaluation
 
 pytestmark = pytest.mark.slow
 DOCS = ("docs/api.md", "docs/cli.md")
@@ -63,7 +69,11 @@ def variables(tmp_path: Path, tiny_model: Path) -> Iterator[dict[str, str]]:  # 
             cross_fit_folds=0,
         )
         engine = make_engine(settings)
-        with serving_in_thread(create_app(settings)) as port, session_factory(engine)() as session:
+        with (
+            serving_in_thread(create_app(settings)) as port,
+            session_factory(engine)() as session,
+            _evaluating(settings, engine),
+        ):
             url = f"http://127.0.0.1:{port}"
             admin = {"X-API-Key": ADMIN_KEY}
             tenant = httpx.post(f"{url}/v1/admin/tenants", json={"name": "docs"}, headers=admin).json()
@@ -92,6 +102,27 @@ def variables(tmp_path: Path, tiny_model: Path) -> Iterator[dict[str, str]]:  # 
                 "DS": dataset["dataset_id"],
             }
         engine.dispose()
+
+
+@contextmanager
+def _evaluating(settings: Settings, engine: Engine) -> Iterator[None]:
+    """Run every queued evaluation (the workers' part) until the block ends."""
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.wait(0.1):
+            with session_factory(engine)() as session:
+                queued = session.scalars(select(Evaluation.id).where(Evaluation.state == "queued")).all()
+            for evaluation_id in queued:
+                run_evaluation(evaluation_id, settings)
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
 
 
 def test_the_docs_examples_run_as_written(variables: dict[str, str], tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import State
 
+from service.api.console import session as console_session
 from service.catalogue import classifiers, datasets, tenant_deletion
 from service.core.db import POOL_TIMEOUT_S
 from service.core.errors import BadRequest, Forbidden, NotFound, Unauthorized
@@ -184,6 +185,7 @@ InvalidationsDep = Annotated[Invalidations, Depends(_invalidations)]
 # The key's headers are documented once, as the OpenAPI document's securitySchemes
 # (service.api.openapi), not as parameters of each operation.
 _KEY_HEADER = Header(include_in_schema=False)
+_NO_KEY = "an API key is required (Authorization: Bearer KEY, X-API-Key, or Basic apikey:KEY)"
 
 
 async def _key(
@@ -192,16 +194,28 @@ async def _key(
 ) -> str:
     key = presented_key(authorization, x_api_key)
     if not key:
-        raise Unauthorized(
-            "an API key is required (Authorization: Bearer KEY, X-API-Key, or Basic apikey:KEY)"
-        )
+        raise Unauthorized(_NO_KEY)
     return key
 
 
 KeyDep = Annotated[str, Depends(_key)]
 
 
-def _tenant(request: Request, key: KeyDep, session: SessionDep) -> Tenant:
+def _tenant(
+    request: Request,
+    session: SessionDep,
+    authorization: Annotated[str | None, _KEY_HEADER] = None,
+    x_api_key: Annotated[str | None, _KEY_HEADER] = None,
+) -> Tenant:
+    """The tenant of the request's API key or, without one, of its console session (whose
+    state-changing requests carry its CSRF token: service.api.console.session)."""
+    key = presented_key(authorization, x_api_key)
+    if not key:
+        signed_in = console_session.tenant(request, session)
+        if signed_in is None:
+            raise Unauthorized(_NO_KEY)
+        _release(session)
+        return signed_in
     failed_keys: FailedKeys = request.app.state.failed_keys
     failed_keys.check(request)
     tenant = tenant_for_key(session, key)
@@ -342,20 +356,24 @@ async def _serving_target(
     # The hot path, kept to one dependency (FastAPI's per-dependency cost is real here). The
     # caller, its rate and the classifier come from the lookup cache, else from one query on a
     # worker thread; the rate from this replica's lease, else from Redis on a worker thread.
-    key = await _key(authorization, x_api_key)
+    key = presented_key(authorization, x_api_key)
     state = request.app.state
     models: ModelCache = state.models
     lookups: LookupCache = state.lookups
-    digest = hash_key(key)
+    if key:
+        digest = hash_key(key)
+    else:  # a console session speaks for the digest of its key
+        digest = await to_thread.run_sync(_console_digest, request, limiter=models.threads)
     found = lookups.get(digest, classifier_id)
     if found is None:
         failed_keys: FailedKeys = state.failed_keys
-        failed_keys.check(request)
+        if key:
+            failed_keys.check(request)
         found = await to_thread.run_sync(
             _lookup, state.sessions, lookups, digest, classifier_id, limiter=models.threads
         )
     if found is None:
-        raise _refusal(request, key)
+        raise _refusal(request, key) if key else Unauthorized(_NO_KEY)
     await charge_classify(state, found, 1)
     if found.classifier is None:  # unknown, another tenant's, or not even an id
         raise NotFound("classifier", classifier_id)
@@ -377,6 +395,17 @@ async def _serving_target(
             _pinned, sessions, classifier_pk, version, limiter=models.threads
         )
     return ServingTarget(classifier, found, still_exists, state.settings, state.store, models)
+
+
+def _console_digest(request: Request) -> str:
+    """The key digest of the request's console session; Unauthorized without one, Forbidden for
+    a classify POST without its CSRF token."""
+    found = console_session.current(request)
+    if found is None:
+        raise Unauthorized(_NO_KEY)
+    if request.method not in console_session.SAFE_METHODS:
+        console_session.check_csrf(found, request.headers.get(console_session.CSRF_HEADER))
+    return found.key_hash
 
 
 async def charge_classify(state: State, found: classifying.ServingLookup, units: int) -> None:

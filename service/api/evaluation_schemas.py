@@ -28,6 +28,10 @@ class EvaluationInfo(BaseModel):
     error: str | None = None
     url: str
     report_html_url: str = Field(description="The report as a page (once completed).")
+    accuracy: float | None = Field(
+        default=None, description="Once completed, a single-label classifier's accuracy (listings too)."
+    )
+    macro_f1: float | None = Field(default=None, description="Once completed, the macro-F1 (listings too).")
     report: dict[str, Any] | None = Field(
         default=None,
         description="Once completed: accuracy, macro_f1, per_class (precision, recall, f1, support, "
@@ -54,6 +58,8 @@ class EvaluationInfo(BaseModel):
             error=evaluation.error,
             url=url,
             report_html_url=f"{url}/report.html",
+            accuracy=(evaluation.report or {}).get("accuracy"),
+            macro_f1=(evaluation.report or {}).get("macro_f1"),
             report=evaluation.report if with_report else None,
         )
 

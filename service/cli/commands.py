@@ -226,6 +226,7 @@ def banner(base: str, settings: Settings, key_file: Path, new_key: str | None, w
         f"taas is up with {workers} worker(s)",
         f"  API        {base}",
         f"  API docs   {base}/docs  (ReDoc: {base}/redoc; the schema: {base}/openapi.json)",
+        f"  console    {base}/console  (tenants sign in with their API key)",
         f"  dashboard  {base}/ops  (log in with the admin key)",
         f"  metrics    {base}/metrics  (Prometheus)",
         f"  probes     {base}/healthz  {base}/readyz",

@@ -193,6 +193,8 @@ class Evaluation(TypedDict):
     error: str | None
     url: str
     report_html_url: str
+    accuracy: float | None
+    macro_f1: float | None
     report: dict[str, Any] | None
 
 

@@ -1,12 +1,13 @@
-"""Response headers for the operator side: ``/ops`` (pages, feed, static files) and ``/v1/admin``.
+"""Response headers for the browser pages and the operator side: ``/ops`` (pages, feed, static
+files), the tenant console ``/console`` and ``/v1/admin``.
 
 * ``Cache-Control: no-store`` on both: their replies carry key secrets (a new key is shown once)
   and tenants' data, which no browser or proxy cache should keep.
-* On ``/ops`` besides: a Content-Security-Policy that lets a page load only the dashboard's own
-  script, styles and feed (so an injected ``<script>`` or ``onerror`` would not run) and be framed
-  by no page (``frame-ancestors 'none'``, and ``X-Frame-Options: DENY`` for older browsers): the
-  session cookie is ``SameSite=Strict``, which does not stop a page of a sibling subdomain from
-  framing the key actions under a decoy (clickjacking).
+* On ``/ops`` and ``/console`` besides: a Content-Security-Policy that lets a page load only
+  the site's own script, styles and data (so an injected ``<script>`` or ``onerror`` would not
+  run) and be framed by no page (``frame-ancestors 'none'``, and ``X-Frame-Options: DENY`` for
+  older browsers): the session cookie is ``SameSite=Strict``, which does not stop a page of a
+  sibling subdomain from framing the key actions under a decoy (clickjacking).
 * ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer`` on both.
 """
 
@@ -30,7 +31,7 @@ _OPS = [
 
 
 class OperatorHeaders:
-    """ASGI middleware adding those headers to every reply under ``/ops`` and ``/v1/admin``
+    """ASGI middleware adding those headers to every reply under ``/ops``, ``/console`` and ``/v1/admin``
     (any header a route set itself, such as its own Cache-Control, is replaced)."""
 
     def __init__(self, app: ASGIApp) -> None:
@@ -38,7 +39,7 @@ class OperatorHeaders:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "") if scope["type"] == "http" else ""
-        if path == "/ops" or path.startswith("/ops/"):
+        if path in ("/ops", "/console") or path.startswith(("/ops/", "/console/")):
             added = _BOTH + _OPS
         elif path == "/v1/admin" or path.startswith("/v1/admin/"):
             added = _BOTH

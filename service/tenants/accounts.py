@@ -103,7 +103,12 @@ def is_admin_key(settings: Settings, api_key: str) -> bool:
 
 def tenant_for_key(session: Session, api_key: str) -> Tenant | None:
     """The tenant owning an active (unrevoked) key, or None."""
-    digest = hash_key(api_key)
+    return tenant_for_key_hash(session, hash_key(api_key))
+
+
+def tenant_for_key_hash(session: Session, digest: str) -> Tenant | None:
+    """The tenant owning the active key whose stored form (:func:`hash_key`) is ``digest``, or
+    None: a console session holds the digest, so a revoked key ends its sessions at once."""
     row = session.execute(
         select(ApiKey.key_hash, Tenant)
         .join(Tenant, Tenant.id == ApiKey.tenant_id)

@@ -252,6 +252,6 @@ def test_the_start_up_banner_names_every_url(tmp_path: Path) -> None:
     lines = banner("http://127.0.0.1:8000", settings, tmp_path / "admin.key", "admin_k", workers=1)
 
     text = "\n".join(lines)
-    for path in ("/docs", "/redoc", "/openapi.json", "/ops", "/metrics", "/healthz", "/readyz"):
+    for path in ("/console", "/docs", "/redoc", "/openapi.json", "/ops", "/metrics", "/healthz", "/readyz"):
         assert f"http://127.0.0.1:8000{path}" in text, path
     assert "admin_k" in text and lines[0] == "taas is up with 1 worker(s)"

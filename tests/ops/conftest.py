@@ -8,7 +8,8 @@
                  test); its ids.
 ``live_worker``  ``live_worker(job_id=None) -> WorkerInfo``: the entry of a fresh worker (a host of
                  its own, a GPU, K=4) in the app's registry, beating now; removed after the test.
-``artifacts_dir`` the folder for files CI keeps (the browser test's screenshot).
+``artifacts_dir`` the folder for files CI keeps (the browser tests' screenshots).
+``browser``      Debian's chromium under Playwright (the test is skipped where there is none).
 ``embedded_platform``, ``platform_factory``, ``intents_nlc``: `taas up` and its training data,
                  from ``tests/e2e/conftest.py``.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -160,3 +162,19 @@ def artifacts_dir() -> Path:
     folder = Path(os.environ.get("TAAS_TEST_ARTIFACTS") or REPO_ROOT / "test-artifacts")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Debian's chromium driven by Playwright; ``.ci/run`` and ``make test`` install it, and a
+    test is skipped only where none can be found."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (dev extras)")
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"no chromium at {CHROMIUM}: install Debian's package (apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield launched
+        launched.close()

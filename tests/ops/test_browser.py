@@ -6,8 +6,7 @@ Skipped only where no chromium can be found: ``.ci/run`` and ``make test`` insta
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
@@ -20,20 +19,14 @@ from tests.e2e.conftest import Platform
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (dev extras)")
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 TRAIN_TIMEOUT_MS = 180_000
 
 
 @pytest.fixture
-def page() -> Iterator[playwright.Page]:
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"no chromium at {CHROMIUM}: install Debian's package (apt-get install chromium)")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(30_000)
-        yield page
-        browser.close()
+def page(browser: playwright.Browser) -> playwright.Page:
+    opened = browser.new_page(viewport={"width": 1280, "height": 900})
+    opened.set_default_timeout(30_000)
+    return opened
 
 
 def _log_in(page: playwright.Page, base: str, key: str) -> None:

@@ -118,10 +118,10 @@ def test_the_vendored_assets_are_the_npm_packages_files() -> None:
         assert (STATIC / licence).stat().st_size > 0
 
 
-def test_the_home_page_leads_to_the_docs(bare: TestClient) -> None:
+def test_the_home_page_leads_to_the_console(bare: TestClient) -> None:
     reply = bare.get("/", follow_redirects=False)
 
-    assert reply.status_code == 307 and reply.headers["location"] == "/docs"
+    assert reply.status_code == 307 and reply.headers["location"] == "/console"
     assert bare.head("/", follow_redirects=False).status_code == 307
 
 

@@ -97,7 +97,9 @@ def test_an_evaluation_is_queued_then_run_and_its_report_kept_as_json_and_as_a_p
 
     listed = _get(client, tenant, f"/v1/classifiers/{available}/evaluations")
     assert [e["evaluation_id"] for e in listed["evaluations"]] == [queued["evaluation_id"]]
-    assert listed["evaluations"][0]["report"] is None  # listings leave the reports out
+    assert listed["evaluations"][0]["report"] is None  # listings leave the reports out …
+    assert listed["evaluations"][0]["accuracy"] == report["accuracy"]  # … but not the headline figures
+    assert listed["evaluations"][0]["macro_f1"] == report["macro_f1"]
     row = session.get(Evaluation, queued["evaluation_id"])
     assert row is not None and row.test_rows is None  # the rows went once the report came
 

@@ -39,8 +39,8 @@ def install(app: FastAPI) -> None:
 
 @router.get("/")
 async def home(request: Request) -> RedirectResponse:
-    """The API's documentation, for now."""
-    return RedirectResponse(f"{_root(request)}/docs", status_code=307)
+    """The tenant console (which links the API's documentation)."""
+    return RedirectResponse(f"{_root(request)}/console", status_code=307)
 
 
 @router.get("/docs")

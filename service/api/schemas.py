@@ -209,6 +209,17 @@ def model_of(metrics: dict[str, Any] | None) -> dict[str, Any]:
     return described if isinstance(described, dict) else {"kind": NGRAMS}
 
 
+class TrainingHistory(BaseModel):
+    """``GET /v1/classifiers/{id}/versions/{n}/history`` (extension): the version's training as
+    a time series, about a point a second (thinned to at most 240, the whole run at a coarser
+    step): each point's unix time ``t``, ``epoch``, ``step``, ``loss``, ``samples_per_second``
+    and ``validation_accuracy`` (measured at an epoch's end; null between)."""
+
+    classifier_id: str
+    version: int
+    points: list[dict[str, Any]]
+
+
 class VersionList(BaseModel):
     """``GET /v1/classifiers/{id}/versions``: every version, oldest first."""
 

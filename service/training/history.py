@@ -5,8 +5,9 @@ The worker appends one point per progress write (about once a second) under
 :data:`HISTORY_KEY` of ``training_jobs.progress``, so the series travels with the fenced
 progress write and survives a resume on another worker (the next claim starts from the
 recorded one). It is bounded: past :data:`MAX_POINTS` every other point is dropped, which keeps
-the whole run at a coarser resolution. The tenant API shows only the named progress fields, so
-the series is the ops dashboard's alone.
+the whole run at a coarser resolution. The tenant's progress replies show only the named
+progress fields; the series is the ops dashboard's job page and the tenant's
+``GET /v1/classifiers/{id}/versions/{n}/history`` (the console's training curves).
 """
 
 from __future__ import annotations

@@ -74,6 +74,8 @@ def test_a_tenant_uploads_trains_tries_evaluates_compares_rolls_back_and_downloa
     page.wait_for_url("**/console/classifiers/*")
     classifier_id = page.url.rsplit("/", 1)[-1]
     page.wait_for_selector("#versions tbody tr:has-text('Available')", timeout=TRAIN_TIMEOUT_MS)
+    page.wait_for_selector("#loss-chart svg path.series")  # the training curve, with titled axes
+    assert "training loss" in page.inner_text("#loss-chart")
 
     # try a text
     page.fill("#try input[name=text]", "book a flight to rome")

@@ -1,8 +1,10 @@
-"""The job's time series in its progress JSON stays bounded and keeps the newest point."""
+"""The job's time series in its progress JSON stays bounded and keeps the newest point, and its
+tenant reads it (the console's training curves)."""
 
 from __future__ import annotations
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from service.training.history import MAX_POINTS, recorded, with_point
@@ -31,3 +33,15 @@ def test_the_next_claim_starts_from_the_series_recorded_with_the_job(
     finished_job: FinishedJob, session: Session
 ) -> None:
     assert [point["step"] for point in recorded(session, finished_job.job_id)] == [0, 400, 800]
+
+
+def test_the_tenant_reads_its_versions_series_and_nothing_of_another_version(
+    finished_job: FinishedJob, client: TestClient
+) -> None:
+    url = f"/v1/classifiers/{finished_job.classifier_id}/versions"
+    reply = client.get(f"{url}/1/history", headers=finished_job.tenant.headers)
+    assert reply.status_code == 200, reply.text
+    found = reply.json()
+    assert (found["classifier_id"], found["version"]) == (finished_job.classifier_id, 1)
+    assert [(p["step"], p["loss"]) for p in found["points"]] == [(0, 1.0), (400, 1 / 401), (800, 1 / 801)]
+    assert client.get(f"{url}/2/history", headers=finished_job.tenant.headers).status_code == 404

@@ -45,6 +45,7 @@ ID_ROUTES = [
     ("DELETE", "/v1/classifiers/{classifier_id}/versions/{version}"),
     ("POST", "/v1/classifiers/{classifier_id}/versions/{version}/promote"),
     ("GET", "/v1/classifiers/{classifier_id}/versions/{version}/bundle"),
+    ("GET", "/v1/classifiers/{classifier_id}/versions/{version}/history"),
     ("POST", "/v1/classifiers/{classifier_id}/evaluate"),
     ("GET", "/v1/classifiers/{classifier_id}/evaluations"),
     ("GET", "/v1/classifiers/{classifier_id}/evaluations/{evaluation_id}"),

@@ -1,5 +1,6 @@
 """Classifier versions (extension): train the next version while the current one serves, list
-and read versions, promote one (a rollback promotes an older one), delete one, export one."""
+and read versions and their training curves, promote one (a rollback promotes an older one),
+delete one, export one."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ from service.api.deps import (
 from service.api.routes.bundles import BUNDLE_MEDIA_TYPE, bundle_response, still_there
 from service.api.routes.classifiers import base_url
 from service.api.routing import Router
-from service.api.schemas import VersionFromDataset, VersionInfo, VersionList
+from service.api.schemas import TrainingHistory, VersionFromDataset, VersionInfo, VersionList
 from service.api.uploads import Upload, is_training_json, read_json, read_upload
 from service.catalogue import bundles, versions
 from service.core.models import Classifier, ClassifierVersion, utcnow
 from service.training import job_views
+from service.training.history import HISTORY_KEY
 
 router = Router(prefix="/v1/classifiers/{classifier_id}/versions", tags=["versions"])
 VersionNumber = Path(ge=1, le=2**31 - 1, description="The version number: 1, 2, …")
@@ -86,6 +88,20 @@ def get_version(
 ) -> VersionInfo:
     """One version."""
     return _info(request, session, classifier, version)
+
+
+@router.get("/{version}/history", response_model=TrainingHistory)
+def get_version_history(
+    classifier: ClassifierDep, session: SessionDep, version: int = VersionNumber
+) -> TrainingHistory:
+    """The version's training as a time series (loss, validation accuracy, samples/s by step
+    and time), for a training curve; empty before its training has reported."""
+    versions.get_version(session, classifier, version)  # 404 for a version it does not have
+    job = job_views.version_job(session, classifier.id, version)
+    series = ((job.progress if job is not None else None) or {}).get(HISTORY_KEY)
+    return TrainingHistory(
+        classifier_id=classifier.id, version=version, points=series if isinstance(series, list) else []
+    )
 
 
 @router.post("/{version}/promote", response_model=VersionInfo)

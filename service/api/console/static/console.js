@@ -246,6 +246,25 @@ async function showVersions() {
   return listed;
 }
 
+async function showCurves(number) {
+  const h = (await api("GET", `${base()}/versions/${number}/history`)).points;
+  byId("curve-title").textContent = `Training loss, version ${number}`;
+  TaasCharts.line(byId("loss-chart"), [{ name: "loss", points: h.map((p) => [p.step, p.loss]) }], {
+    xTitle: "step",
+    yTitle: "training loss",
+    emptyText: "Drawn as the training reports its steps.",
+  });
+  TaasCharts.line(
+    byId("accuracy-chart"),
+    [{ name: "validation accuracy", points: h.map((p) => [p.step, p.validation_accuracy]) }],
+    {
+      xTitle: "step",
+      yTitle: "accuracy",
+      emptyText: "Measured at each epoch's end on a validation split (none for data under ~1,000 rows).",
+    },
+  );
+}
+
 async function showComparison() {
   const found = (await api("GET", `${base()}/evaluations`)).evaluations; // newest first
   const versions = [...new Set(found.map((e) => e.version))].sort((a, b) => a - b);
@@ -345,6 +364,7 @@ async function refresh() {
     } else {
       const c = await showClassifier();
       const listed = await showVersions();
+      await showCurves(c.latest_version);
       busy = c.status === "Training" || listed.versions.some((v) => v.status === "Training");
       busy = (await showComparison()) || busy;
     }

@@ -196,7 +196,7 @@ class Api(AdminCalls):
     ) -> Evaluation:
         """Score the serving version (or ``version``) on FILE (NLC's CSV, CSV with a text,label
         header, or JSON Lines) as a job on the workers; the reply is the queued evaluation."""
-        params: dict[str, Any] = {"name": name or file.name}
+        params: dict[str, Any] = {"name": name or file.name[:256]}  # the most a name may hold
         if version is not None:
             params["version"] = version
         kind = "application/x-ndjson" if file.suffix.lower() in {".jsonl", ".ndjson"} else "text/csv"

@@ -30,6 +30,7 @@ from service.core.models import (
 )
 
 PENDING_PER_CLASSIFIER = 5  # evaluations of one classifier queued or running at once
+KEPT_PER_CLASSIFIER = 50  # a classifier's newest evaluations kept; an older finished one goes
 _PENDING = (EvaluationState.QUEUED.value, EvaluationState.RUNNING.value)
 
 
@@ -46,7 +47,8 @@ def create_evaluation(
     """Record a queued evaluation of ``version`` on the rows ``texts[i], labels[i]`` and commit.
 
     Conflict when the version is not Available (nothing to score) or the classifier already has
-    PENDING_PER_CLASSIFIER evaluations queued or running.
+    PENDING_PER_CLASSIFIER evaluations queued or running. Of the finished ones, the classifier
+    keeps its KEPT_PER_CLASSIFIER newest.
     """
     if version.status != ClassifierStatus.AVAILABLE.value or version.model_dir is None:
         raise Conflict(
@@ -74,8 +76,30 @@ def create_evaluation(
         enqueued_at=now,
     )
     session.add(evaluation)
+    session.flush()
+    _prune(session, classifier.id)
     session.commit()
     return evaluation
+
+
+def _prune(session: Session, classifier_id: str) -> None:
+    """Delete the classifier's finished evaluations past its KEPT_PER_CLASSIFIER newest: a
+    report is kept with its version, but a tenant scoring every night would pile them up."""
+    newest = (
+        select(Evaluation.id)
+        .where(Evaluation.classifier_id == classifier_id)
+        .order_by(Evaluation.created_at.desc(), Evaluation.id)
+        .limit(KEPT_PER_CLASSIFIER)
+    )
+    kept = set(session.scalars(newest))
+    for old in session.scalars(
+        select(Evaluation).where(
+            Evaluation.classifier_id == classifier_id,
+            Evaluation.state.not_in(_PENDING),
+            Evaluation.id.not_in(kept),
+        )
+    ):
+        session.delete(old)
 
 
 def get_evaluation(session: Session, classifier: Classifier, evaluation_id: str) -> Evaluation:

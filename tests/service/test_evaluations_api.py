@@ -204,3 +204,22 @@ def test_another_tenant_sees_none_of_it(
     assert client.get(mine["url"], headers=other.headers).status_code == 404
     assert client.get(mine["report_html_url"], headers=other.headers).status_code == 404
     assert evaluate(other, available).status_code == 404
+
+
+def test_a_classifier_keeps_its_newest_finished_evaluations(
+    client: TestClient,
+    tenant: TenantHandle,
+    available: str,
+    evaluate: Callable[..., httpx.Response],
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("service.training.evaluations.KEPT_PER_CLASSIFIER", 2)
+    made = []
+    for _ in range(3):
+        queued = evaluate(tenant, available).json()
+        made.append(queued["evaluation_id"])
+        assert run_evaluation(queued["evaluation_id"], settings) == "completed"
+    pending = evaluate(tenant, available).json()["evaluation_id"]  # the fourth: the first two go
+    listed = _get(client, tenant, f"/v1/classifiers/{available}/evaluations")["evaluations"]
+    assert {e["evaluation_id"] for e in listed} == {made[2], pending}

@@ -8,6 +8,7 @@ import pytest
 
 from tests.service.helpers import train_tiny_model
 from trainer.data import OUT_OF_SCOPE_CLASS, LabelledData
+from trainer.engine import train
 from trainer.evaluation_report import (
     EXAMPLES_PER_PAIR,
     Answers,
@@ -15,6 +16,7 @@ from trainer.evaluation_report import (
     multi_label_report,
     single_label_report,
 )
+from trainer.hparams import HParams
 from trainer.inference import LoadedModel
 
 TEXTS = ["a1", "a2", "a3", "b1", "b2", "c1", "o1", "o2"]
@@ -96,3 +98,28 @@ def test_a_trained_model_answers_in_chunks_and_reports_its_progress(
     assert seen == [(5, 12), (10, 12), (12, 12)]
     assert report["n"] == 12 and report["accuracy"] == pytest.approx(1.0)  # its own training texts
     assert (report["out_of_scope"] is None) == (model.in_scope is None)
+
+
+def test_a_multi_label_model_is_scored_on_the_rows_grouped_by_text(
+    tmp_path: Path, quick_hparams: HParams
+) -> None:
+    texts = [f"{w} {n}" for n in range(6) for w in ("rain snow", "rain", "snow")]
+    rows = [(t, label) for t in texts for label in ("rain", "snow") if label in t]
+    result = train(
+        LabelledData([t for t, _ in rows], [label for _, label in rows]),
+        workdir=tmp_path / "w",
+        out_dir=tmp_path / "m",
+        hparams=quick_hparams,
+        multi_label=True,
+    )
+    model = LoadedModel.load(result.model_dir)
+    seen: list[tuple[int, int]] = []
+    report = evaluate_model(
+        model,
+        LabelledData(["rain snow 9", "rain snow 9", "rain 9"], ["rain", "snow", "rain"]),
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    assert report["multi_label"] and report["rows"] == 2 and seen == [(2, 2)]  # two distinct texts
+    assert report["threshold"] == model.threshold
+    assert [c["class_name"] for c in report["per_class"]] == ["rain", "snow"]
+    assert report["per_class"][0]["support"] == 2 and report["unknown_classes"] == []

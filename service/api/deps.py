@@ -398,14 +398,11 @@ async def _serving_target(
 
 
 def _console_digest(request: Request) -> str:
-    """The key digest of the request's console session; Unauthorized without one, Forbidden for
-    a classify POST without its CSRF token."""
-    found = console_session.current(request)
-    if found is None:
+    """:func:`service.api.console.session.key_digest`, Unauthorized without a session."""
+    digest = console_session.key_digest(request)
+    if digest is None:
         raise Unauthorized(_NO_KEY)
-    if request.method not in console_session.SAFE_METHODS:
-        console_session.check_csrf(found, request.headers.get(console_session.CSRF_HEADER))
-    return found.key_hash
+    return digest
 
 
 async def charge_classify(state: State, found: classifying.ServingLookup, units: int) -> None:

@@ -44,6 +44,7 @@ class EvaluationInfo(BaseModel):
     def build(cls, evaluation: Evaluation, base_url: str, *, with_report: bool = True) -> EvaluationInfo:
         """The view of ``evaluation`` (its report left out of listings: ``with_report``)."""
         url = f"{base_url}/v1/classifiers/{evaluation.classifier_id}/evaluations/{evaluation.id}"
+        report = evaluation.report or {}
         return cls(
             evaluation_id=evaluation.id,
             classifier_id=evaluation.classifier_id,
@@ -58,8 +59,8 @@ class EvaluationInfo(BaseModel):
             error=evaluation.error,
             url=url,
             report_html_url=f"{url}/report.html",
-            accuracy=(evaluation.report or {}).get("accuracy"),
-            macro_f1=(evaluation.report or {}).get("macro_f1"),
+            accuracy=report.get("accuracy"),
+            macro_f1=report.get("macro_f1"),
             report=evaluation.report if with_report else None,
         )
 

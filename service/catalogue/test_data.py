@@ -9,16 +9,15 @@ class is a fair test. A broken rule is a 400 that names the ``test_data`` field 
 
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 from pathlib import Path
 
 from service.catalogue.training_data import InputFormat, Limits, check_negatives_allowed, convert
+from service.client.file_forms import SNIFF_BYTES, is_labelled_head
 from service.core.errors import BadRequest, InvalidTrainingData
 from trainer.data import LabelledData, read_labelled_csv
 
 TEST_DATA = "test_data"
-_SNIFF_BYTES = 64 * 1024  # the first line is looked for in this much of the file
 
 
 def read_test_file(source: Path, scratch: Path, limits: Limits, *, multi_label: bool) -> LabelledData:
@@ -36,13 +35,7 @@ def read_test_file(source: Path, scratch: Path, limits: Limits, *, multi_label: 
 
 
 def _format_of(source: Path) -> InputFormat:
-    """``labelled`` when the first line that is not blank is a JSON object or a header naming
-    ``text`` and ``label``; ``nlc`` otherwise."""
+    """``labelled`` or ``nlc``, told by the file's first line as the ``taas`` commands tell a
+    training file's (:func:`service.client.file_forms.is_labelled_head`)."""
     with open(source, "rb") as file:
-        head = file.read(_SNIFF_BYTES).decode("utf-8-sig", errors="replace")
-    first = next((line for line in head.splitlines() if line.strip()), "")
-    if first.lstrip().startswith(("{", "[")):
-        return "labelled"  # JSON Lines (an array is refused there, with the reason)
-    fields = next(csv.reader([first]), [])
-    names = {field.strip().lower() for field in fields}
-    return "labelled" if {"text", "label"} <= names else "nlc"
+        return "labelled" if is_labelled_head(file.read(SNIFF_BYTES)) else "nlc"

@@ -199,11 +199,10 @@ class Api(AdminCalls):
         params: dict[str, Any] = {"name": name or file.name[:256]}  # the most a name may hold
         if version is not None:
             params["version"] = version
-        kind = "application/x-ndjson" if file.suffix.lower() in {".jsonl", ".ndjson"} else "text/csv"
         path = segments("classifiers", classifier_id, "evaluate")
         with _open(file) as data:
             queued: Evaluation = self.call(
-                "POST", path, params=params, content=data, headers={"Content-Type": kind}
+                "POST", path, params=params, content=data, headers={"Content-Type": _media_type(file)}
             )
         return queued
 
@@ -305,9 +304,8 @@ class Api(AdminCalls):
     def upload_dataset(self, path: Path, name: str | None) -> Dataset:
         """Store a labelled file (CSV with a text,label header, or JSON Lines) as a dataset."""
         params = {"name": name} if name else {}
-        kind = "application/x-ndjson" if path.suffix.lower() in {".jsonl", ".ndjson"} else "text/csv"
         with _open(path) as data:
-            headers = {"Content-Type": kind}
+            headers = {"Content-Type": _media_type(path)}
             stored: Dataset = self.call("POST", "/v1/datasets", params=params, content=data, headers=headers)
         return stored
 
@@ -435,6 +433,12 @@ def _describe(reply: httpx.Response) -> str:
     else:
         detail = reply.text.strip().splitlines()[0] if reply.text.strip() else None
     return f"{reply.status_code} {reply.reason_phrase}: {detail or reply.reason_phrase}"
+
+
+def _media_type(path: Path) -> str:
+    """The type a labelled file is sent as: JSON Lines by its name, else CSV (the server tells
+    the two apart by the first line all the same)."""
+    return "application/x-ndjson" if path.suffix.lower() in {".jsonl", ".ndjson"} else "text/csv"
 
 
 def _open(path: Path) -> Any:

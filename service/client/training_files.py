@@ -4,16 +4,14 @@ stored as a dataset for the training it starts."""
 
 from __future__ import annotations
 
-import csv
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from service.client.api import Api
 from service.client.errors import ClientError
+from service.client.file_forms import SNIFF_BYTES, is_labelled_head
 
-SNIFF_BYTES = 64 * 1024  # what is_labelled reads of a training file
 T = TypeVar("T")
 
 
@@ -40,28 +38,13 @@ def start_training(
 
 
 def is_labelled(file: Path) -> bool:
-    """Whether FILE is a dataset upload (JSON Lines, or CSV whose header names text and label)
-    rather than NLC's headerless ``text,class`` CSV: told by its first line that is not blank
-    (JSON: a JSON object, or an array, which the server names), whatever the file's name; only
-    the first ``SNIFF_BYTES`` are read. (Told by the first CSV record, a ``.json`` file of
-    JSON Lines went as NLC CSV and trained classes such as ``"label": "music"}``; told by a
-    first ``{`` or ``[``, NLC data such as ``[URGENT] disk full,alerts`` went as JSON.)"""
+    """Whether FILE is a dataset upload rather than NLC's headerless CSV: a ``.jsonl`` or
+    ``.ndjson`` name, else its first line (:func:`service.client.file_forms.is_labelled_head`),
+    whatever the file's name; only the first ``SNIFF_BYTES`` are read."""
     if file.suffix.lower() in {".jsonl", ".ndjson"}:
         return True
     try:
         with open(file, "rb") as source:
-            head = source.read(SNIFF_BYTES).decode("utf-8-sig", errors="replace")
+            return is_labelled_head(source.read(SNIFF_BYTES))
     except OSError as error:
         raise ClientError(f"cannot read {file}: {error}") from None
-    first = next((line.strip() for line in head.splitlines() if line.strip()), "")
-    if first.startswith(("{", "[")):
-        try:
-            if isinstance(json.loads(first), dict | list):
-                return True
-        except (ValueError, RecursionError):
-            pass
-    try:
-        header = next(csv.reader([first]), [])
-    except csv.Error:  # an unclosed quote: no header; the server names the row
-        return False
-    return {"text", "label"} <= {cell.strip().lower() for cell in header}

@@ -218,17 +218,11 @@ def complete(
     return kept
 
 
-def fail(session: Session, evaluation_id: str, attempt: int | None, reason: str, *, now: datetime) -> bool:
-    """Record why the evaluation cannot be run (``attempt`` None: whatever the claim, for the
-    reconciler); its rows go. False when nothing was changed."""
-    query = (
-        _fenced(evaluation_id, attempt)
-        if attempt is not None
-        else update(Evaluation).where(Evaluation.id == evaluation_id, Evaluation.state.in_(_PENDING))
-    )
+def fail(session: Session, evaluation_id: str, attempt: int, reason: str, *, now: datetime) -> bool:
+    """Record why the evaluation cannot be run; its rows go. False when the claim was lost."""
     kept = _changed(
         session,
-        query.values(
+        _fenced(evaluation_id, attempt).values(
             state=EvaluationState.FAILED.value,
             error=reason,
             test_rows=None,

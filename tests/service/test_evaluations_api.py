@@ -175,7 +175,7 @@ def test_a_classifier_without_an_available_version_or_with_too_many_pending_is_a
     assert crowded.status_code == 409 and "retry when one has ended" in crowded.json()["description"]
 
 
-def test_deleting_an_evaluation_a_version_or_a_classifier_takes_its_evaluations(
+def test_deleting_an_evaluation_or_its_classifier_takes_it(
     client: TestClient,
     tenant: TenantHandle,
     available: str,
@@ -223,3 +223,11 @@ def test_a_classifier_keeps_its_newest_finished_evaluations(
     pending = evaluate(tenant, available).json()["evaluation_id"]  # the fourth: the first two go
     listed = _get(client, tenant, f"/v1/classifiers/{available}/evaluations")["evaluations"]
     assert {e["evaluation_id"] for e in listed} == {made[2], pending}
+
+
+def test_nlc_rows_that_start_like_json_are_read_as_nlc_rows(
+    tenant: TenantHandle, available: str, evaluate: Callable[..., httpx.Response]
+) -> None:
+    reply = evaluate(tenant, available, "[URGENT] is it cold,temperature\nwill it snow,conditions\n")
+    assert reply.status_code == 202, reply.text  # told as the taas commands tell a training file
+    assert reply.json()["rows"] == 2

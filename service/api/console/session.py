@@ -89,15 +89,21 @@ def current(request: Request) -> ConsoleSession | None:
     return ConsoleSession(nonce, str(record["key"]), str(record["csrf"]))
 
 
-def tenant(request: Request, db: Session) -> Tenant | None:
-    """The tenant a request's console session speaks for (None without one, or when its key was
-    revoked); Forbidden for a request that changes something without the session's CSRF token."""
+def key_digest(request: Request) -> str | None:
+    """The digest of the key the request's console session speaks for (None without one);
+    Forbidden for a request that changes something without the session's CSRF token."""
     found = current(request)
     if found is None:
         return None
     if request.method not in SAFE_METHODS:
         check_csrf(found, request.headers.get(CSRF_HEADER))
-    return tenant_for_key_hash(db, found.key_hash)
+    return found.key_hash
+
+
+def tenant(request: Request, db: Session) -> Tenant | None:
+    """The tenant of :func:`key_digest` (None without a session, or when its key was revoked)."""
+    digest = key_digest(request)
+    return None if digest is None else tenant_for_key_hash(db, digest)
 
 
 def check_csrf(session: ConsoleSession, token: str | None) -> None:

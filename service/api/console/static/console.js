@@ -52,6 +52,13 @@ function cell(content, className) {
   return td;
 }
 
+function heading(text, className) {
+  const th = document.createElement("th");
+  th.textContent = text;
+  if (className) th.className = className;
+  return th;
+}
+
 function link(text, href, download) {
   const a = document.createElement("a");
   a.textContent = text;
@@ -275,15 +282,7 @@ async function showComparison() {
     if (!latest.has(key)) latest.set(key, e);
   }
   const table = byId("comparison");
-  table.tHead.replaceChildren(
-    row(...[document.createElement("th")].concat(versions.map((n) => {
-      const th = document.createElement("th");
-      th.textContent = `v${n}`;
-      th.className = "num";
-      return th;
-    }))),
-  );
-  table.tHead.rows[0].cells[0].textContent = "Test file";
+  table.tHead.replaceChildren(row(heading("Test file"), ...versions.map((n) => heading(`v${n}`, "num"))));
   table.tBodies[0].replaceChildren(
     ...names.map((name) =>
       row(

@@ -57,6 +57,7 @@ from service.core.settings import Settings  # noqa: E402
 from service.storage.store import ArtifactStore  # noqa: E402
 from service.training.queue import enqueue_training  # noqa: E402
 from trainer.checkpoint import list_checkpoints  # noqa: E402
+from trainer.encoder.registry import MINILM  # noqa: E402
 from workers.reconciler import queued_job_ids  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -322,6 +323,17 @@ def drop_database(url: str) -> None:
 # --- data sets ---------------------------------------------------------------------------------
 
 
+def _random_texts(rng: random.Random, vocabulary: list[str], rows: int, words: int) -> str:
+    """``rows`` NLC rows in five classes: ``words`` words of ``vocabulary`` and the class's topic
+    word twice (so the classes can be learned)."""
+    lines = []
+    for i in range(rows):
+        label = f"class{i % 5}"
+        text = " ".join([rng.choice(vocabulary) for _ in range(words)] + [f"topic{label}"] * 2)
+        lines.append(f"{text},{label}\n")
+    return "".join(lines)
+
+
 def long_csv(rows: int = 900, words: int = 90, seed: int = 7) -> str:
     """An NLC CSV (no header) of ``rows`` random-word texts in five classes: under 1,000 rows, so
     the trainer holds no validation split out and always applies its whole plan of updates.
@@ -333,19 +345,26 @@ def long_csv(rows: int = 900, words: int = 90, seed: int = 7) -> str:
     one CI run's poller missed it)."""
     rng = random.Random(seed)
     vocabulary = [f"w{i}q{rng.randrange(1000)}" for i in range(3000)]
-    lines = []
-    for i in range(rows):
-        label = f"class{i % 5}"
-        text = " ".join([rng.choice(vocabulary) for _ in range(words)] + [f"topic{label}"] * 2)
-        lines.append(f"{text},{label}\n")
-    return "".join(lines)
+    return _random_texts(rng, vocabulary, rows, words)
+
+
+def english_csv(rows: int = 900, words: int = 12, seed: int = 7) -> str:
+    """An NLC CSV like :func:`long_csv` for an English job: ``words`` words drawn from 3,000 of
+    the encoder's whole-word tokens, so that each text is about ``words`` + 4 tokens and the
+    encoder reads all 900 in a few seconds (long_csv's made-up words split into some six tokens
+    each: its texts took a minute). The plan is long_csv's 3,021 updates, 8-10 s idle."""
+    rng = random.Random(seed)
+    tokens = (MINILM.files() / "vocab.txt").read_text(encoding="utf-8").split()
+    whole_words = sorted(t for t in tokens if t.isascii() and t.isalpha() and len(t) >= 4)
+    vocabulary = rng.sample(whole_words, 3000)
+    return _random_texts(rng, vocabulary, rows, words)
 
 
 # A language no encoder reads: its jobs train the n-gram model, whose queue, leases and
 # checkpoints are the encoder model's. The scenarios that test those train their long jobs in it:
 # English would add the encoder's minute over long_csv's 900 long texts to each (worker_sigkill
-# trains English, and sees a resume skip it), and a job stopped at its first chance leaves no
-# checkpoint while it encodes (trainer.preparation.sentence_vectors).
+# trains English on english_csv's short texts, and sees a resume skip their encoding), and a job
+# stopped at its first chance leaves no checkpoint while it encodes (trainer.preparation.sentence_vectors).
 NGRAM_LANGUAGE = "fr"
 
 
@@ -489,11 +508,11 @@ def platform(folder: Path, flavour: str, workers: int = 1, **env: str) -> Iterat
 def worker_sigkill(folder: Path, flavour: str = "embedded") -> Outcome:
     """a. SIGKILL the training worker's whole process group (learners included) mid-training;
     `taas up` restarts a worker, which resumes from the last recorded checkpoint (and the texts'
-    sentence embeddings kept beside it: English, the encoder's minute is not spent again)."""
+    sentence embeddings kept beside it: English, the texts are not encoded again)."""
     outcome = Outcome("worker_sigkill", flavour)
     with platform(folder, flavour) as up:
         _, client = up.tenant()
-        classifier_id = create_classifier(client, long_csv())
+        classifier_id = create_classifier(client, english_csv())
         before = wait_step(client, classifier_id, checkpoints=2)
         holder = [e for e in events(client, classifier_id) if e["event"] == "claimed"][-1]["worker"]
         pid = int(holder.rsplit(":", 1)[1])

@@ -104,10 +104,15 @@ T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every end-to-end test starts `taas up` (seconds before its first request): it is slow."""
+    """Every end-to-end test starts `taas up` (seconds before its first request): it is slow.
+
+    The slow tests run first (each group in its collected order): pytest-xdist hands out tests in
+    that order, so the minute-long ones start while there is still work for the other process,
+    and the suite ends on short tests instead of on one process finishing a long one alone."""
     for item in items:
         if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.hookimpl(tryfirst=True)

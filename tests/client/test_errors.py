@@ -19,7 +19,6 @@ from click.testing import Result
 from service.client import commands, follow, training_files
 from service.client.api import ClientError, segments
 from tests.client.local_server import serving
-from tests.e2e.conftest import Platform
 
 
 def test_commands_before_login_say_how_to_log_in(taas: Callable[..., Result]) -> None:
@@ -66,11 +65,13 @@ def test_a_reply_that_is_not_json_is_one_line(taas: Callable[..., Result]) -> No
 
 
 def test_a_config_folder_that_cannot_be_written_is_one_line(
-    taas: Callable[..., Result], config_home: Path, embedded_platform: Platform
+    taas: Callable[..., Result], config_home: Path
 ) -> None:
     config_home.write_text("a file where the folder should be")
+    sent: list[str] = []
 
-    result = taas("login", embedded_platform.base_url, embedded_platform.admin_key)
+    with _answering(200, b'{"tenants": []}', sent) as url:  # a platform taking the admin key
+        result = taas("login", url, "an-admin-key-of-at-least-32-characters")
 
     assert result.exit_code == 1 and result.stderr.startswith("error: cannot save the login in ")
     assert result.stderr.count("\n") == 1

@@ -168,6 +168,7 @@ def test_up_refuses_an_external_redis_that_does_not_answer(tmp_path: Path) -> No
     assert "secret" not in result.stderr
 
 
+@pytest.mark.slow
 def test_up_does_not_take_a_server_that_took_its_port_after_the_check_for_its_api(tmp_path: Path) -> None:
     """The port is free when `up` checks it; a server that took it before the API bound it (another
     `taas up` on another data dir, started at the same moment) answered for the API, and `up`

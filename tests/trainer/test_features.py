@@ -268,6 +268,7 @@ def test_transform_equals_the_reference_while_the_caches_fill_and_empty(
             assert len(featurizer._word_rows) <= limit and len(featurizer._char_rows) <= limit
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(CONFIGS), _BATCH, st.integers(1, 3), st.sampled_from([1 << 20, 0]))
 def test_fit_transform_fits_as_fit_and_bags_as_transform_in_any_chunking(

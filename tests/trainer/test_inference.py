@@ -178,6 +178,7 @@ def test_model_json_holds_non_ascii_class_names_as_utf8(
     assert LoadedModel.load(tmp_path / "m").labels == sorted(names.values())
 
 
+@pytest.mark.slow
 def test_what_classify_texts_leave_in_a_loaded_model_is_within_its_counted_bytes(model_dir: Path) -> None:
     """The featurizer caches the rows of every n-gram and token it meets, 32,768 entries a
     cache, but an entry of a 2,000-letter token holds thousands of rows: 600 such texts left

@@ -33,6 +33,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield url
 
 
+@pytest.mark.slow
 def test_a_job_yields_its_slot_to_a_tenant_holding_none_and_resumes_later(
     queue_job: Callable[..., Any],
     intents_csv: Path,

@@ -336,6 +336,7 @@ def test_a_corrupt_checkpoint_falls_back_to_the_one_before_or_to_the_start(
         assert resumed == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("database_blip", [False, True], ids=["database-up", "database-blip"])
 def test_a_claim_that_starts_over_points_the_job_at_its_own_checkpoints_at_once(
     queue_job: Callable[..., Any],

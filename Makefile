@@ -13,8 +13,7 @@ up: $(VENV)/.stamp-base
 	$(BIN)/taas up $(UP_ARGS)
 
 # pytest also runs ruff (lint and format), mypy and the import-layer contracts (tests/test_code_rules.py).
-# Two processes (pytest-xdist): 30-70 minutes on a 2-core machine, by the machine and the day (76.6 with
-# coverage beside a benchmark run on 2026-12-02, before the dialect_neutral modules ran on SQLite alone: README).
+# Two processes (pytest-xdist): 23-35 minutes on a 2-core machine, by the machine and the day (README).
 # The tests' Redis databases suffice for two, not more (tests/conftest.py, redis_test_url).
 test: $(VENV)/.stamp-dev chromium
 	$(BIN)/pytest -q -n 2
